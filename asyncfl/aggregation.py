@@ -1,0 +1,86 @@
+"""Buffered aggregation: from the C buffered client updates to the one aggregate the server
+rule is allowed to see (DESIGN.md §3, §5; STYLE: pfl postprocessors).
+
+The server rule receives an :class:`Aggregate` and nothing else: ``r_t`` and the row of ``W``
+that a real server could know. Without privacy that row is exact; with privacy it is the noisy
+estimate decoded from the noisy sum (``asyncfl.privacy``). Per-client objects never leave the
+aggregator.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol, Sequence
+
+import numpy as np
+import torch
+
+
+class ClientUpdate(NamedTuple):
+    """One accepted upload: pseudo-gradient ``Δ_k = θ_s − θ_k^local`` of a client trained on
+    model version ``s``, consumed by step ``t`` with staleness ``τ = t − s``."""
+
+    client: int
+    version: int
+    staleness: int
+    delta: torch.Tensor
+
+
+class Aggregate(NamedTuple):
+    """What the server rule sees at step ``t``.
+
+    ``r`` is ``r_t``; ``weights[τ]`` is ``W[t, t−τ]`` (indexed by staleness, length ``L``),
+    exact or estimated.
+    """
+
+    step: int
+    r: torch.Tensor
+    weights: np.ndarray
+
+
+def staleness_weight(tau: np.ndarray | int, exponent: float) -> np.ndarray | float:
+    """``w(τ) = (τ + 1)^(−p)`` (DESIGN §3)."""
+    return (np.asarray(tau, dtype=np.float64) + 1.0) ** (-exponent)
+
+
+def weight_row(counts: np.ndarray, buffer: int, exponent: float) -> np.ndarray:
+    """Row ``t`` of ``W`` indexed by staleness: ``W[t, t−τ] = (τ+1)^(−p) C_{t,t−τ} / C``."""
+    counts = np.asarray(counts, dtype=np.float64)
+    return staleness_weight(np.arange(counts.shape[-1]), exponent) * counts / buffer
+
+
+def weight_matrix(by_staleness: np.ndarray, exponent: float, buffer: int) -> np.ndarray:
+    """The lower-triangular ``W`` (T×T, 0-based: ``W[t-1, s-1]``) from ``by_staleness[t-1, τ]``."""
+    by_staleness = np.asarray(by_staleness, dtype=np.float64)
+    T, L = by_staleness.shape
+    W = np.zeros((T, T))
+    rows = weight_row(by_staleness, buffer, exponent)
+    for tau in range(min(L, T)):
+        t = np.arange(tau, T)  # 0-based row index; column = t - tau
+        W[t, t - tau] = rows[t, tau]
+    return W
+
+
+class Aggregator(Protocol):
+    """Turns the buffered updates of step ``t`` into the :class:`Aggregate` the rule sees."""
+
+    def aggregate(self, step: int, updates: Sequence[ClientUpdate], rng: np.random.Generator) -> Aggregate: ...
+
+
+class ExactAggregator:
+    """``r_t = (1/C) Σ_k w(τ_k) Δ_k`` and the exact row of ``W`` (no privacy)."""
+
+    def __init__(self, buffer: int, exponent: float, num_staleness: int | None) -> None:
+        self.buffer = buffer
+        self.exponent = exponent
+        self.num_staleness = num_staleness  # L, or None when staleness is unbounded
+
+    def aggregate(self, step: int, updates: Sequence[ClientUpdate], rng: np.random.Generator) -> Aggregate:
+        taus = np.array([u.staleness for u in updates], dtype=np.int64)
+        length = self.num_staleness or int(taus.max(initial=0)) + 1
+        counts = np.bincount(taus, minlength=length)
+        w = staleness_weight(taus, self.exponent)
+        r = torch.zeros_like(updates[0].delta)
+        for weight, update in zip(w, updates):
+            r.add_(update.delta, alpha=float(weight))
+        r.div_(self.buffer)
+        return Aggregate(step=step, r=r, weights=weight_row(counts, self.buffer, self.exponent))

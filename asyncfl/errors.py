@@ -1,0 +1,26 @@
+"""Errors that reach users as one clear message (exit code 2 from the CLI), never a traceback."""
+
+from __future__ import annotations
+
+
+class AsyncFLError(Exception):
+    """Base class of the errors the CLI reports without a traceback."""
+
+
+class ScenarioError(AsyncFLError, ValueError):
+    """A scenario is invalid. ``problems`` holds one line per problem, each naming the field,
+    the value and what is allowed."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        head = f"invalid scenario {source}" if source else "invalid scenario"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class RunDirError(AsyncFLError):
+    """A run directory is missing, incomplete, from another version, or would be overwritten."""
+
+
+class NumericalFault(AsyncFLError):
+    """The model diverged (loss NaN/Inf or above the bound); the message names the step."""

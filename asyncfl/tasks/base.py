@@ -1,0 +1,145 @@
+"""The task contract: data per client, a model architecture, and a loss (DESIGN.md §7).
+
+The server and the simulator see a model as one flat parameter vector ``theta``; a task knows
+how to turn it back into the named parameters of its ``torch.nn.Module`` so that local training
+can call ``torch.func.functional_call(task.model, task.unflatten(theta), x)``.
+
+Local objective of client ``k`` on a mini-batch ``B`` (``ℓ`` = ``loss_fn`` per sample):
+
+* ``reduction = "mean"``: ``f_k(θ; B) = (1/|B|) Σ_{i∈B} ℓ_i(θ)``  (neural tasks);
+* ``reduction = "sum"``:  ``f_k(θ; B) = (n_k/|B|) Σ_{i∈B} ℓ_i(θ)`` so that the full batch gives
+  exactly ``f_k(θ) = ½‖A_k θ − b_k‖²`` for the quadratic task (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """Features ``x`` (first axis = samples) and targets ``y`` of one client or of a test set."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+
+@dataclass(frozen=True)
+class QuadraticForm:
+    """``f_k(θ) = ½‖A_k θ − b_k‖²`` for every client, in float64, for exact local solves."""
+
+    A: tuple[torch.Tensor, ...]
+    b: tuple[torch.Tensor, ...]
+
+    def hessian(self, k: int) -> torch.Tensor:
+        return self.A[k].T @ self.A[k]
+
+    def linear(self, k: int) -> torch.Tensor:
+        return self.A[k].T @ self.b[k]
+
+    def prox(self, k: int, center: torch.Tensor, mu: float) -> torch.Tensor:
+        """``prox_{f_k,μ}(c) = argmin_θ f_k(θ) + (μ/2)‖θ − c‖² = (H_k + μI)⁻¹ (g_k + μ c)``.
+
+        With ``μ = 0`` this is the client's own least-squares minimiser (``H_k`` must then be
+        invertible, or the minimum-norm solution is returned).
+        """
+        H = self.hessian(k)
+        g = self.linear(k)
+        d = H.shape[0]
+        if mu == 0.0:
+            return torch.linalg.lstsq(H, g.unsqueeze(-1)).solution.squeeze(-1)
+        return torch.linalg.solve(H + mu * torch.eye(d, dtype=H.dtype), g + mu * center)
+
+    def pooled_solution(self) -> torch.Tensor:
+        """``θ* = (Σ_k H_k)⁻¹ Σ_k g_k`` (DESIGN §6)."""
+        H = sum(self.hessian(k) for k in range(len(self.A)))
+        g = sum(self.linear(k) for k in range(len(self.A)))
+        return torch.linalg.solve(H, g)
+
+
+@dataclass
+class Task:
+    """A federated learning problem: per-client data, an architecture and a per-sample loss."""
+
+    name: str
+    model: torch.nn.Module
+    clients: list[ClientData]
+    test: ClientData
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (outputs, y) -> per-sample
+    classification: bool
+    reduction: Literal["mean", "sum"] = "mean"
+    quadratic: QuadraticForm | None = None
+    initial_theta: torch.Tensor = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        names, shapes = [], []
+        for name, p in self.model.named_parameters():
+            names.append(name)
+            shapes.append(tuple(p.shape))
+        self._names = names
+        self._shapes = shapes
+        self._sizes = [int(np.prod(s)) if s else 1 for s in shapes]
+        if self.initial_theta is None:
+            self.initial_theta = self.flatten(dict(self.model.named_parameters())).detach().clone()
+
+    # -- parameter layout ------------------------------------------------------------------
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    @property
+    def dim(self) -> int:
+        return sum(self._sizes)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.initial_theta.dtype
+
+    def flatten(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([params[n].reshape(-1) for n in self._names])
+
+    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Named parameter views of ``theta`` (works on a leading batch axis too: ``theta[..., d]``)."""
+        lead = theta.shape[:-1]
+        out, start = {}, 0
+        for name, shape, size in zip(self._names, self._shapes, self._sizes):
+            out[name] = theta[..., start : start + size].reshape(*lead, *shape)
+            start += size
+        return out
+
+    # -- objective -------------------------------------------------------------------------
+    def objective_scale(self, k: int) -> float:
+        """Factor turning the batch mean of per-sample losses into ``f_k`` (see module doc)."""
+        return float(len(self.clients[k])) if self.reduction == "sum" else 1.0
+
+    def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(self.model, self.unflatten(theta), (x,))
+
+    def batch_objective(self, theta: torch.Tensor, k: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.objective_scale(k) * self.loss_fn(self.outputs(theta, x), y).mean()
+
+    @torch.no_grad()
+    def evaluate(self, theta: torch.Tensor, data: ClientData | None = None) -> dict[str, float]:
+        """Mean per-sample loss (and accuracy for classification) on ``data`` (default: test set)."""
+        data = self.test if data is None else data
+        out = self.outputs(theta, data.x)
+        metrics = {"loss": float(self.loss_fn(out, data.y).mean())}
+        if self.classification:
+            metrics["accuracy"] = float((out.argmax(dim=-1) == data.y).double().mean())
+        return metrics
+
+    @torch.no_grad()
+    def train_loss(self, theta: torch.Tensor) -> float:
+        """Mean per-sample loss over the pooled training data of all clients."""
+        total, count = 0.0, 0
+        for data in self.clients:
+            total += float(self.loss_fn(self.outputs(theta, data.x), data.y).sum())
+            count += len(data)
+        return total / max(count, 1)
