@@ -67,7 +67,11 @@ class Aggregator(Protocol):
 
 
 class ExactAggregator:
-    """``r_t = (1/C) Σ_k w(τ_k) Δ_k`` and the exact row of ``W`` (no privacy)."""
+    """``r_t = (1/C) Σ_k w(τ_k) Δ_k`` and the exact row of ``W`` (no privacy).
+
+    ``C`` is the number of updates aggregated: ``server.buffer`` for FedBuff (every step
+    consumes exactly C), the accepted part of the cohort for sync rounds.
+    """
 
     def __init__(self, buffer: int, exponent: float, num_staleness: int | None) -> None:
         self.buffer = buffer
@@ -82,5 +86,5 @@ class ExactAggregator:
         r = torch.zeros_like(updates[0].delta)
         for weight, update in zip(w, updates):
             r.add_(update.delta, alpha=float(weight))
-        r.div_(self.buffer)
-        return Aggregate(step=step, r=r, weights=weight_row(counts, self.buffer, self.exponent))
+        r.div_(len(updates))
+        return Aggregate(step=step, r=r, weights=weight_row(counts, len(updates), self.exponent))

@@ -1,0 +1,82 @@
+"""What a dispatched client trains and what the server does with the uploads (DESIGN.md §3–6).
+
+An :class:`Algorithm` has three pure-ish parts around the simulator's clock:
+
+* ``make_job(client, theta, seed, state)`` — the local job of a client given model ``theta``;
+* ``client_message(job, local, state)`` — what the client uploads (checked for NaN/Inf and the
+  norm bound by the simulator before it is accepted);
+* ``server_update(theta, step, updates, state, rng)`` — the new model from the accepted
+  uploads of one step.
+
+:class:`PseudoGradient` is FedAvg/FedBuff/FedAsync/FedProx: the upload is
+``Δ_k = θ_s − θ_k^local``, the aggregator forms ``r_t`` and the row of ``W`` (privately or not)
+and the server rule moves ``θ_{t+1} = θ_t − η m_t``. The splitting and primal-dual baselines
+(``asyncfl.baselines``) implement the same three methods with their own client state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from asyncfl.aggregation import Aggregator, ClientUpdate
+from asyncfl.rules import ServerRule, apply
+from asyncfl.training import LocalJob
+
+
+class StepInfo(NamedTuple):
+    """What a server step reports for the run's records."""
+
+    coefficients: np.ndarray | None = None  # the rule's history weights (MA), if any
+    private_counts: np.ndarray | None = None  # raw noisy staleness counts ĉ_τ, with privacy
+
+
+class Algorithm(Protocol):
+    def init(self, theta: torch.Tensor) -> Any: ...
+
+    def make_job(self, client: int, theta: torch.Tensor, seed: int, state: Any) -> LocalJob: ...
+
+    def client_message(self, job: LocalJob, local: torch.Tensor, state: Any) -> torch.Tensor: ...
+
+    def server_update(
+        self, theta: torch.Tensor, step: int, updates: Sequence[ClientUpdate], state: Any, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, Any, StepInfo]: ...
+
+
+class PseudoGradientState(NamedTuple):
+    rule: Any
+
+
+class PseudoGradient:
+    """Clients return ``Δ_k = θ_s − θ_k^local`` after minimising ``f_k + (μ/2)‖θ − θ_s‖²``
+    (μ = 0: FedAvg; μ > 0: FedProx); the server applies its rule to the aggregate."""
+
+    def __init__(self, aggregator: Aggregator, rule: ServerRule, lr: float, mu: float) -> None:
+        self.aggregator, self.rule, self.lr, self.mu = aggregator, rule, lr, mu
+
+    def init(self, theta: torch.Tensor) -> PseudoGradientState:
+        return PseudoGradientState(self.rule.init(theta))
+
+    def make_job(self, client: int, theta: torch.Tensor, seed: int, state: PseudoGradientState) -> LocalJob:
+        return LocalJob(client=client, start=theta, centre=theta, mu=self.mu, seed=seed)
+
+    def client_message(self, job: LocalJob, local: torch.Tensor, state: PseudoGradientState) -> torch.Tensor:
+        return job.start - local
+
+    def server_update(
+        self,
+        theta: torch.Tensor,
+        step: int,
+        updates: Sequence[ClientUpdate],
+        state: PseudoGradientState,
+        rng: np.random.Generator,
+    ) -> tuple[torch.Tensor, PseudoGradientState, StepInfo]:
+        aggregate = self.aggregator.aggregate(step, updates, rng)
+        out = self.rule.direction(aggregate, state.rule)
+        info = StepInfo(
+            coefficients=out.coefficients,
+            private_counts=getattr(self.aggregator, "last_raw_counts", None),
+        )
+        return apply(theta, out.direction, self.lr), PseudoGradientState(out.state), info

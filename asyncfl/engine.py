@@ -1,0 +1,521 @@
+"""The simulator: simpy decides *when*, an executor decides *where*, the algorithm decides
+*what* (DESIGN.md §2–3).
+
+Every dispatched client is a simpy process that waits its sampled latency on the virtual clock
+and then uploads. Its training job was submitted to the executor at dispatch and is awaited
+only when the buffer flushes, so a run is an asyncio coroutine: :meth:`Simulation.events` is an
+async iterator of :class:`StepEvent` (what progress bars and notebooks consume) and
+:meth:`Simulation.run` drives it to the end (:func:`run_blocking` for scripts).
+
+Protocols (DESIGN §3):
+
+* **FedBuff** — ``K`` clients in flight; each arrival is buffered (or dropped when its
+  staleness ``τ = t − s`` exceeds ``max_staleness``) and immediately replaced by a client that
+  receives the current model; after ``C`` accepted arrivals the server steps. FedAsync is
+  ``C = 1``.
+* **Sync** — each round samples a cohort, waits for its first ``C`` arrivals (``C`` = cohort
+  unless over-selected) and steps; the round lasts until the ``C``-th arrival, so sync and
+  async runs share one virtual time axis. Stragglers past ``C`` are cancelled ("late").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, NamedTuple
+
+import numpy as np
+import simpy
+import torch
+
+from asyncfl import rng as rngmod
+from asyncfl.aggregation import Aggregator, ClientUpdate, ExactAggregator
+from asyncfl.algorithms import Algorithm, PseudoGradient, StepInfo
+from asyncfl.errors import NumericalFault
+from asyncfl.executors import Executor, make_executor
+from asyncfl.population import Fleet
+from asyncfl.rules import make_rule
+from asyncfl.scenario import Scenario
+from asyncfl.tasks.base import Task
+from asyncfl.training import LocalJob
+
+UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
+
+
+class UpdateRow(NamedTuple):
+    """One row of ``updates.csv``: an upload that arrived (or a cancelled straggler)."""
+
+    client: int
+    version: int
+    step: int
+    dispatch_time: float
+    arrival_time: float
+    staleness: int
+    accepted: bool
+    reason: str  # "" when accepted; "stale", "late", "non-finite", "norm" otherwise
+
+
+@dataclass
+class InFlight:
+    """A dispatched client: what it trains on, when it will arrive, and its job's future."""
+
+    seq: int
+    client: int
+    version: int
+    dispatch_time: float
+    arrival_time: float
+    job: LocalJob
+    future: "asyncio.Future[torch.Tensor]"
+    process: Any = None
+
+
+@dataclass
+class StepEvent:
+    """Emitted after every server step; ``metrics`` is set on evaluation steps."""
+
+    step: int
+    total_steps: int
+    time: float
+    wall_time: float
+    accepted: int
+    dropped: int
+    rejected: int
+    metrics: dict[str, float] | None = None
+
+
+class Sink:
+    """Receives the run's records; the default keeps them in memory (``asyncfl.rundir``
+    writes files)."""
+
+    def __init__(self) -> None:
+        self.updates: list[UpdateRow] = []
+        self.metrics: list[dict[str, float]] = []
+
+    def on_update(self, row: UpdateRow) -> None:
+        self.updates.append(row)
+
+    def on_metrics(self, row: dict[str, float]) -> None:
+        self.metrics.append(row)
+
+
+@dataclass
+class Counters:
+    accepted: int = 0
+    dropped_stale: int = 0
+    cancelled_late: int = 0
+    rejected_nonfinite: int = 0
+    rejected_norm: int = 0
+    dispatched: int = 0
+
+    @property
+    def rejected(self) -> int:
+        return self.rejected_nonfinite + self.rejected_norm
+
+
+@dataclass
+class Records:
+    """Per-step records kept for the run directory and the analyses."""
+
+    by_staleness: list[np.ndarray] = field(default_factory=list)
+    private_by_staleness: list[np.ndarray] = field(default_factory=list)
+    coefficients: list[np.ndarray] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+
+
+def default_algorithm(scenario: Scenario, task: Task, aggregator: Aggregator | None = None) -> Algorithm:
+    server = scenario.server
+    if server.algorithm not in ("fedavg", "fedprox"):
+        from asyncfl.baselines import make_algorithm  # splitting / primal-dual (DESIGN §6)
+
+        return make_algorithm(scenario, task)
+    if aggregator is None:
+        aggregator = make_aggregator(scenario, task)
+    return PseudoGradient(aggregator, make_rule(server), server.lr, scenario.client.mu)
+
+
+def num_staleness(scenario: Scenario) -> int | None:
+    """``L = max_staleness + 1`` (None when unbounded; sync runs have only τ = 0)."""
+    if scenario.server.protocol == "sync":
+        return 1
+    ms = scenario.server.max_staleness
+    return None if ms is None else ms + 1
+
+
+def make_aggregator(scenario: Scenario, task: Task) -> Aggregator:
+    if scenario.privacy.enabled:
+        from asyncfl.privacy import build_privacy
+
+        _, aggregator = build_privacy(scenario, task.dim)
+        return aggregator
+    return ExactAggregator(scenario.server.buffer, scenario.server.staleness_exponent, num_staleness(scenario))
+
+
+class Simulation:
+    """One run of a scenario. Create it, then ``async for event in sim.events()`` or
+    ``await sim.run()``."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        task: Task | None = None,
+        *,
+        sink: Sink | None = None,
+        executor: Executor | None = None,
+        algorithm: Algorithm | None = None,
+        fleet_factory: Callable[[Scenario, dict[str, np.random.Generator]], Fleet] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        if task is None:
+            from asyncfl.tasks import build_task
+
+            task = build_task(scenario.task, scenario.population.clients, scenario.seed)
+        self.task = task
+        self.sink = sink if sink is not None else Sink()
+        self._executor = executor
+        self.algorithm = algorithm if algorithm is not None else default_algorithm(scenario, self.task)
+        self.streams = rngmod.make_streams(scenario.seed)
+        self.fleet = (fleet_factory or make_fleet)(scenario, self.streams)
+        self.env = simpy.Environment()
+        server = scenario.server
+        self.protocol = FedBuffProtocol(self) if server.protocol == "fedbuff" else SyncProtocol(self)
+
+        # --- state (data) -------------------------------------------------------------------
+        self.theta = self.task.initial_theta.detach().clone()
+        self.version = 1  # θ_t held by the server; the step in progress is t
+        self.algo_state = self.algorithm.init(self.theta)
+        self.in_flight: dict[int, InFlight] = {}
+        self.buffer: list[tuple[InFlight, int]] = []  # (arrival, staleness)
+        self.counters = Counters()
+        self.records = Records()
+        self._seq = 0
+        self._pending_flush: tuple[list[tuple[InFlight, int]], Callable[[], None]] | None = None
+        self._eval_staleness: list[int] = []
+        self._started = False
+        self._wall_start = 0.0
+        self.finished = False
+        self.last_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def steps_done(self) -> int:
+        return self.version - 1
+
+    @property
+    def total_steps(self) -> int:
+        return self.scenario.run.steps
+
+    @property
+    def wall_time(self) -> float:
+        return time.perf_counter() - self._wall_start
+
+    def dispatch(self, client: int) -> InFlight:
+        """Send the current model to ``client`` and start its simpy process."""
+        now = self.env.now
+        self.fleet.busy[client] = True
+        seed = rngmod.job_seed(self.streams["jobs"])
+        latency = self.fleet.latency(client, now, self.streams["latency"])
+        job = self.algorithm.make_job(client, self.theta, seed, self.algo_state)
+        self._seq += 1
+        rec = InFlight(
+            seq=self._seq, client=client, version=self.version, dispatch_time=now,
+            arrival_time=now + latency, job=job, future=self.executor.submit(job),
+        )
+        self.in_flight[rec.seq] = rec
+        self.counters.dispatched += 1
+        rec.process = self.env.process(self._client_life(rec))
+        return rec
+
+    def _client_life(self, rec: InFlight):
+        """dispatch → train for its latency on the virtual clock → upload."""
+        try:
+            yield self.env.timeout(rec.arrival_time - self.env.now)
+        except simpy.Interrupt:
+            return  # cancelled (a straggler of a closed sync round)
+        self.in_flight.pop(rec.seq, None)
+        self.fleet.busy[rec.client] = False
+        if not self.finished:
+            self.protocol.on_arrival(rec)
+
+    def request_flush(self, entries: list[tuple[InFlight, int]], then: Callable[[], None]) -> None:
+        """Ask the driver to aggregate ``entries`` before the next event; ``then`` runs right
+        after, at the same virtual time (e.g. the replacement dispatch sees the new model)."""
+        self._pending_flush = (entries, then)
+
+    def record(self, rec: InFlight, step: int, staleness: int, accepted: bool, reason: str = "", arrival_time: float | None = None) -> None:
+        t_arr = rec.arrival_time if arrival_time is None else arrival_time
+        self.sink.on_update(UpdateRow(rec.client, rec.version, step, rec.dispatch_time, t_arr, staleness, accepted, reason))
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            self._executor = make_executor(self.task, self.scenario.client, self.scenario.run)
+        return self._executor
+
+    def _start(self) -> None:
+        self._started = True
+        self._wall_start = time.perf_counter()
+        if self.scenario.run.torch_threads:
+            torch.set_num_threads(self.scenario.run.torch_threads)
+        self._evaluate()
+        self.protocol.start()
+
+    async def events(self) -> AsyncIterator[StepEvent]:
+        """Run the simulation, yielding one :class:`StepEvent` per server step."""
+        if not self._started:
+            self._start()
+        try:
+            while self.steps_done < self.total_steps:
+                while self._pending_flush is None:
+                    if self.env.peek() == math.inf:
+                        raise RuntimeError(
+                            f"the simulation stalled at virtual time {self.env.now:g} with "
+                            f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
+                        )
+                    self.env.step()
+                event = await self._flush()
+                if event is not None:
+                    yield event
+        finally:
+            if self.steps_done >= self.total_steps:
+                self.finished = True
+                await self._drain()
+
+    async def run(self) -> dict[str, Any]:
+        async for _ in self.events():
+            pass
+        return self.summary()
+
+    async def _drain(self) -> None:
+        for rec in self.in_flight.values():
+            rec.future.cancel()
+        if self._executor is not None:
+            await self._executor.aclose()
+
+    # ------------------------------------------------------------------------------------------
+    def _check(self, message: torch.Tensor) -> str:
+        if not bool(torch.isfinite(message).all()):
+            return "non-finite"
+        bound = self.scenario.run.max_update_norm
+        if bound is not None and float(message.norm()) > bound:
+            return "norm"
+        return ""
+
+    async def _flush(self) -> StepEvent | None:
+        assert self._pending_flush is not None
+        entries, then = self._pending_flush
+        locals_ = await asyncio.gather(*(rec.future for rec, _ in entries))
+        step = self.version
+        accepted: list[tuple[InFlight, int, torch.Tensor]] = []
+        for (rec, tau), local in zip(entries, locals_):
+            message = self.algorithm.client_message(rec.job, local, self.algo_state)
+            reason = self._check(message)
+            if reason:
+                self.counters.rejected_nonfinite += reason == "non-finite"
+                self.counters.rejected_norm += reason == "norm"
+                self.record(rec, step, tau, False, reason)
+            else:
+                accepted.append((rec, tau, message))
+        self.protocol.consumed(entries, accepted)
+        self._pending_flush = None
+        if not self.protocol.ready(accepted):
+            then()
+            return None
+
+        updates = [ClientUpdate(rec.client, rec.version, tau, msg) for rec, tau, msg in accepted]
+        theta, self.algo_state, info = self.algorithm.server_update(
+            self.theta, step, updates, self.algo_state, self.streams["noise"]
+        )
+        self.theta = theta
+        self._record_step(step, accepted, info)
+        self.version += 1
+        metrics = None
+        if self.steps_done % self.scenario.run.eval_every == 0 or self.steps_done == self.total_steps:
+            metrics = self._evaluate()
+        if self.steps_done < self.total_steps:
+            then()
+        event = StepEvent(
+            step=self.steps_done, total_steps=self.total_steps, time=self.env.now, wall_time=self.wall_time,
+            accepted=self.counters.accepted, dropped=self.counters.dropped_stale + self.counters.cancelled_late,
+            rejected=self.counters.rejected, metrics=metrics,
+        )
+        if metrics is not None:
+            self._guard_divergence(metrics)
+        return event
+
+    def _record_step(self, step: int, accepted: list[tuple[InFlight, int, torch.Tensor]], info: StepInfo) -> None:
+        taus = np.array([tau for _, tau, _ in accepted], dtype=np.int64)
+        length = num_staleness(self.scenario) or int(taus.max(initial=0)) + 1
+        self.records.by_staleness.append(np.bincount(taus, minlength=length))
+        if info.private_counts is not None:
+            self.records.private_by_staleness.append(np.asarray(info.private_counts, dtype=np.float64))
+        if info.coefficients is not None:
+            self.records.coefficients.append(np.asarray(info.coefficients, dtype=np.float64))
+        self.records.step_times.append(self.env.now)
+        self.counters.accepted += len(accepted)
+        self._eval_staleness.extend(taus.tolist())
+        for rec, tau, _ in accepted:
+            self.record(rec, step, tau, True)
+
+    def _evaluate(self) -> dict[str, float]:
+        metrics = self.task.evaluate(self.theta)
+        row: dict[str, float] = {
+            "step": self.steps_done,
+            "time": self.env.now,
+            "wall_time": self.wall_time,
+            "loss": metrics["loss"],
+            "accuracy": metrics.get("accuracy", math.nan),
+            "train_loss": self.task.train_loss(self.theta),
+            "staleness_mean": float(np.mean(self._eval_staleness)) if self._eval_staleness else math.nan,
+            "staleness_max": float(np.max(self._eval_staleness)) if self._eval_staleness else math.nan,
+        }
+        self._eval_staleness = []
+        self.last_metrics = row
+        self.sink.on_metrics(row)
+        return row
+
+    def _guard_divergence(self, metrics: dict[str, float]) -> None:
+        loss = metrics["loss"]
+        if not math.isfinite(loss) or loss > self.scenario.run.divergence_loss:
+            self.finished = True
+            raise NumericalFault(
+                f"the model diverged at server step {self.steps_done} (virtual time {self.env.now:g}): "
+                f"test loss = {loss:g} (bound run.divergence_loss = {self.scenario.run.divergence_loss:g})"
+            )
+
+    # ------------------------------------------------------------------------------------------
+    def by_staleness(self) -> np.ndarray:
+        """``by_staleness[t-1, τ]`` (T×L integers, DESIGN §3)."""
+        return _stack(self.records.by_staleness, np.int64)
+
+    def private_by_staleness(self) -> np.ndarray | None:
+        return _stack(self.records.private_by_staleness, np.float64) if self.records.private_by_staleness else None
+
+    def coefficients(self) -> np.ndarray | None:
+        return _stack(self.records.coefficients, np.float64) if self.records.coefficients else None
+
+    def summary(self) -> dict[str, Any]:
+        c = self.counters
+        wall = self.wall_time
+        return {
+            "name": self.scenario.name,
+            "status": "completed" if self.steps_done >= self.total_steps else "incomplete",
+            "steps": self.steps_done,
+            "virtual_time": self.env.now,
+            "wall_time": wall,
+            "updates_accepted": c.accepted,
+            "updates_dropped_stale": c.dropped_stale,
+            "updates_cancelled_late": c.cancelled_late,
+            "updates_rejected_nonfinite": c.rejected_nonfinite,
+            "updates_rejected_norm": c.rejected_norm,
+            "clients_dispatched": c.dispatched,
+            "updates_per_second": c.accepted / wall if wall > 0 else math.nan,
+            "final": {k: v for k, v in self.last_metrics.items() if k not in ("wall_time",)},
+        }
+
+
+def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
+    if not rows:
+        return np.zeros((0, 1), dtype=dtype)
+    width = max(len(r) for r in rows)
+    out = np.zeros((len(rows), width), dtype=dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator]) -> Fleet:
+    return Fleet(scenario, streams)
+
+
+class FedBuffProtocol:
+    """Concurrency ``K``, buffer ``C``, staleness drops, replacement on every arrival."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.max_staleness = sim.scenario.server.max_staleness
+
+    def start(self) -> None:
+        for _ in range(self.sim.scenario.server.concurrency):
+            self.dispatch_one()
+
+    def dispatch_one(self) -> None:
+        sim = self.sim
+        client = sim.fleet.choose(sim.env.now, sim.streams["selection"])
+        if client is not None:
+            sim.dispatch(client)
+
+    def on_arrival(self, rec: InFlight) -> None:
+        sim = self.sim
+        tau = sim.version - rec.version
+        if self.max_staleness is not None and tau > self.max_staleness:
+            sim.counters.dropped_stale += 1
+            sim.record(rec, sim.version, tau, False, "stale")
+        else:
+            sim.buffer.append((rec, tau))
+            if len(sim.buffer) >= sim.scenario.server.buffer:
+                sim.request_flush(list(sim.buffer), then=self.dispatch_one)
+                return
+        self.dispatch_one()
+
+    def consumed(self, entries: list, accepted: list) -> None:
+        """Rejected uploads leave the buffer; accepted ones stay until a step uses them."""
+        keep = {rec.seq for rec, _, _ in accepted}
+        self.sim.buffer = [(rec, tau) for rec, tau in self.sim.buffer if rec.seq in keep]
+
+    def ready(self, accepted: list) -> bool:
+        if len(accepted) >= self.sim.scenario.server.buffer:
+            self.sim.buffer = []
+            return True
+        return False
+
+
+class SyncProtocol:
+    """Rounds: sample a cohort, wait for its first ``C`` arrivals, step, repeat."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.round: list[InFlight] = []  # dispatched this round
+        self.arrived: list[InFlight] = []
+        self.need = 0
+
+    def start(self) -> None:
+        self.start_round()
+
+    def start_round(self) -> None:
+        sim = self.sim
+        server = sim.scenario.server
+        cohort = sim.fleet.choose_many(server.cohort, sim.env.now, sim.streams["selection"])
+        self.arrived = []
+        self.need = min(server.buffer, int(cohort.size))
+        self.round = [sim.dispatch(int(k)) for k in cohort]
+
+    def on_arrival(self, rec: InFlight) -> None:
+        sim = self.sim
+        self.arrived.append(rec)
+        if len(self.arrived) < self.need:
+            return
+        for straggler in self.round:  # the round is closed: stragglers are cancelled
+            if straggler.seq in sim.in_flight:
+                sim.in_flight.pop(straggler.seq)
+                sim.fleet.busy[straggler.client] = False
+                straggler.process.interrupt()
+                straggler.future.cancel()
+                sim.counters.cancelled_late += 1
+                sim.record(straggler, sim.version, 0, False, "late")
+        sim.request_flush([(r, 0) for r in self.arrived], then=self.start_round)
+
+    def consumed(self, entries: list, accepted: list) -> None:
+        pass
+
+    def ready(self, accepted: list) -> bool:
+        return len(accepted) > 0
+
+
+def run_blocking(scenario: Scenario, **kwargs: Any) -> Simulation:
+    """Run a scenario to the end from synchronous code; returns the finished simulation."""
+    sim = Simulation(scenario, **kwargs)
+    asyncio.run(sim.run())
+    return sim

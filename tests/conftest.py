@@ -1,0 +1,45 @@
+"""Shared helpers: small scenarios that run in a fraction of a second."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from asyncfl import scenario as sc
+
+BASE: dict[str, Any] = {
+    "name": "tiny",
+    "seed": 3,
+    "population": {"clients": 30, "speed_sigma": 0.5},
+    "latency": {"dist": "exponential", "mean": 1.0},
+    "task": {"name": "quadratic", "problem": "random", "dim": 5, "samples_per_client": 20},
+    "client": {"solver": "sgd", "lr": 0.01, "local_steps": 2, "batch_size": 10},
+    "server": {"protocol": "fedbuff", "concurrency": 8, "buffer": 3, "max_staleness": 6, "rule": "momentum", "lr": 0.5},
+    "run": {"steps": 12, "eval_every": 4},
+}
+
+
+def make_raw(**overrides: Any) -> dict[str, Any]:
+    """BASE with dotted-key overrides (``server__buffer=2`` style is awkward; pass a dict)."""
+    raw = copy.deepcopy(BASE)
+    for dotted, value in overrides.items():
+        node = raw
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(parts[-1], None)
+        else:
+            node[parts[-1]] = value
+    return raw
+
+
+def make_scenario(overrides: dict[str, Any] | None = None) -> sc.Scenario:
+    return sc.validate(make_raw(**(overrides or {})))
+
+
+@pytest.fixture
+def tiny() -> sc.Scenario:
+    return make_scenario()
