@@ -22,7 +22,7 @@ from torch import nn
 from asyncfl.errors import ScenarioError
 from asyncfl.scenario import QuadraticTask
 from asyncfl.tasks.base import ClientData, QuadraticForm, Task
-from asyncfl.tasks.common import SqueezeLast, half_squared_error, task_streams
+from asyncfl.tasks.common import SqueezeLast, half_squared_error, seeded_model, task_streams
 
 SEED_1D = (((0.0, 1.0), (2.0, 2.0)), ((2.0, 2.0), (0.0, 1.0)))  # per client: (x, y)
 
@@ -48,7 +48,7 @@ def random_quadratic_data(num_clients: int, dim: int, samples_per_client: int, n
 
 def build_quadratic(cfg: QuadraticTask, num_clients: int, seed: int) -> Task:
     """Build the quadratic task (see module docstring)."""
-    rng, _ = task_streams(seed)
+    rng, torch_seed = task_streams(seed)
     if cfg.problem == "seed-1d":
         if num_clients != 2:
             raise ScenarioError([f"population.clients = {num_clients}: the seed-1d problem has exactly 2 clients"])
@@ -58,7 +58,8 @@ def build_quadratic(cfg: QuadraticTask, num_clients: int, seed: int) -> Task:
         pairs, test, _ = random_quadratic_data(num_clients, cfg.dim, cfg.samples_per_client,
                                                cfg.noise, cfg.heterogeneity, rng)
     dim = pairs[0][0].shape[1]
-    model = nn.Sequential(nn.Linear(dim, 1, bias=False), SqueezeLast()).to(torch.float64)
+    make = lambda: nn.Sequential(nn.Linear(dim, 1, bias=False), SqueezeLast())  # noqa: E731
+    model = seeded_model(make, torch_seed, torch.float64)  # leaves the global torch RNG alone
     with torch.no_grad():
         model[0].weight.zero_()
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))  # noqa: E731
