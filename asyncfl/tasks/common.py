@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from asyncfl.errors import ScenarioError
+from asyncfl.tasks.base import ClientData
 
 MIN_SAMPLES_PER_CLIENT = 5  # target minimum of a Dirichlet split (lowered if data is scarce)
 
@@ -121,6 +122,16 @@ def dirichlet_split(labels: np.ndarray, num_clients: int, alpha: float, rng: np.
             donor = int(np.argmax([len(p) for p in parts]))
             parts[k].append(parts[donor].pop(int(rng.integers(len(parts[donor])))))
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+
+
+def non_iid_clients(x: np.ndarray, y: np.ndarray, num_clients: int, alpha: float, test_fraction: float,
+                    rng: np.random.Generator) -> tuple[list[ClientData], ClientData]:
+    """``(clients, test)``: a :func:`stratified_split` test set, then a :func:`dirichlet_split`
+    of the rest over ``num_clients`` (``digits``, ``mnist1d``)."""
+    train, test = stratified_split(y, test_fraction, rng)
+    parts = dirichlet_split(y[train], num_clients, alpha, rng)
+    X, Y = torch.from_numpy(x), torch.from_numpy(y)
+    return [ClientData(X[train[p]], Y[train[p]]) for p in parts], ClientData(X[test], Y[test])
 
 
 def label_entropy(y: np.ndarray, classes: int) -> float:

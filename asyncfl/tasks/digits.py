@@ -19,9 +19,8 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 from asyncfl.scenario import DigitsTask
-from asyncfl.tasks.base import ClientData, Task
-from asyncfl.tasks.common import (Reshape, cross_entropy, dirichlet_split, mlp, seeded_model,
-                                  stratified_split, task_streams)
+from asyncfl.tasks.base import Task
+from asyncfl.tasks.common import Reshape, cross_entropy, mlp, non_iid_clients, seeded_model, task_streams
 
 CLASSES = 10
 
@@ -48,15 +47,12 @@ def build_digits(cfg: DigitsTask, num_clients: int, seed: int) -> Task:
     """Build the digits task (see module docstring)."""
     rng, torch_seed = task_streams(seed)
     x, y = digits_arrays()
-    train, test = stratified_split(y, cfg.test_fraction, rng)
-    parts = dirichlet_split(y[train], num_clients, cfg.dirichlet_alpha, rng)
-    X, Y = torch.from_numpy(x), torch.from_numpy(y)
-    clients = [ClientData(X[train[p]], Y[train[p]]) for p in parts]
+    clients, test = non_iid_clients(x, y, num_clients, cfg.dirichlet_alpha, cfg.test_fraction, rng)
     return Task(
         name="digits",
         model=seeded_model(lambda: digits_model(cfg.model, cfg.hidden), torch_seed, torch.float32),
         clients=clients,
-        test=ClientData(X[test], Y[test]),
+        test=test,
         loss_fn=cross_entropy,
         classification=True,
     )

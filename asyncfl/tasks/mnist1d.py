@@ -28,9 +28,8 @@ from scipy.ndimage import convolve1d
 from torch import nn
 
 from asyncfl.scenario import MNIST1DTask
-from asyncfl.tasks.base import ClientData, Task
-from asyncfl.tasks.common import (Reshape, cross_entropy, dirichlet_split, mlp, seeded_model,
-                                  stratified_split, task_streams)
+from asyncfl.tasks.base import Task
+from asyncfl.tasks.common import Reshape, cross_entropy, mlp, non_iid_clients, seeded_model, task_streams
 
 CLASSES = 10
 LENGTH = 40
@@ -99,14 +98,12 @@ def build_mnist1d(cfg: MNIST1DTask, num_clients: int, seed: int) -> Task:
     """Build the mnist1d task (see module docstring)."""
     rng, torch_seed = task_streams(seed)
     x, y = mnist1d_arrays(cfg.samples, rng)
-    train, test = stratified_split(y, cfg.test_fraction, rng)
-    parts = dirichlet_split(y[train], num_clients, cfg.dirichlet_alpha, rng)
-    X, Y = torch.from_numpy(x), torch.from_numpy(y)
+    clients, test = non_iid_clients(x, y, num_clients, cfg.dirichlet_alpha, cfg.test_fraction, rng)
     return Task(
         name="mnist1d",
         model=seeded_model(lambda: mnist1d_model(cfg.model, cfg.hidden), torch_seed, torch.float32),
-        clients=[ClientData(X[train[p]], Y[train[p]]) for p in parts],
-        test=ClientData(X[test], Y[test]),
+        clients=clients,
+        test=test,
         loss_fn=cross_entropy,
         classification=True,
     )
