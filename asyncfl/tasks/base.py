@@ -9,6 +9,10 @@ Local objective of client ``k`` on a mini-batch ``B`` (``ℓ`` = ``loss_fn`` per
 * ``reduction = "mean"``: ``f_k(θ; B) = (1/|B|) Σ_{i∈B} ℓ_i(θ)``  (neural tasks);
 * ``reduction = "sum"``:  ``f_k(θ; B) = (n_k/|B|) Σ_{i∈B} ℓ_i(θ)`` so that the full batch gives
   exactly ``f_k(θ) = ½‖A_k θ − b_k‖²`` for the quadratic task (DESIGN §6).
+
+An optional ridge term ``(l2/2)‖θ‖²`` (``Task.l2``, e.g. the synthetic task's ``l2`` key) is part
+of every client objective: ``batch_objective`` and ``train_loss`` include it, ``evaluate``
+reports the data loss only.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class Task:
     reduction: Literal["mean", "sum"] = "mean"
     quadratic: QuadraticForm | None = None
     initial_theta: torch.Tensor = field(default=None)  # type: ignore[assignment]
+    l2: float = 0.0  # ridge coefficient: every client objective gets + (l2/2)‖θ‖²
 
     def __post_init__(self) -> None:
         names, shapes = [], []
@@ -122,8 +127,16 @@ class Task:
     def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return torch.func.functional_call(self.model, self.unflatten(theta), (x,))
 
+    def regularizer(self, theta: torch.Tensor) -> torch.Tensor | float:
+        """``(l2/2)‖θ‖²`` (0 when ``l2 = 0``); sums over the last axis only."""
+        if self.l2 == 0.0:
+            return 0.0
+        return 0.5 * self.l2 * (theta * theta).sum(dim=-1)
+
     def batch_objective(self, theta: torch.Tensor, k: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.objective_scale(k) * self.loss_fn(self.outputs(theta, x), y).mean()
+        """``f_k(θ; B)`` as in the module doc, plus ``(l2/2)‖θ‖²``."""
+        data = self.objective_scale(k) * self.loss_fn(self.outputs(theta, x), y).mean()
+        return data + self.regularizer(theta)
 
     @torch.no_grad()
     def evaluate(self, theta: torch.Tensor, data: ClientData | None = None) -> dict[str, float]:
@@ -137,9 +150,10 @@ class Task:
 
     @torch.no_grad()
     def train_loss(self, theta: torch.Tensor) -> float:
-        """Mean per-sample loss over the pooled training data of all clients."""
+        """Training objective: mean per-sample loss over the pooled training data of all clients,
+        plus the regulariser ``(l2/2)‖θ‖²`` (0 unless ``l2 > 0``)."""
         total, count = 0.0, 0
         for data in self.clients:
             total += float(self.loss_fn(self.outputs(theta, data.x), data.y).sum())
             count += len(data)
-        return total / max(count, 1)
+        return total / max(count, 1) + float(self.regularizer(theta))
