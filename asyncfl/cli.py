@@ -139,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
     except NumericalFault as exc:
-        err_console.print(f"[bold red]numerical fault:[/] {exc}", markup=True)
+        err_console.print(f"[bold red]numerical fault:[/] {exc}", markup=True, soft_wrap=True)
         return EXIT_NUMERICAL
     except AsyncFLError as exc:
-        err_console.print(f"error: {exc}", markup=False)
+        err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
         err_console.print("interrupted", markup=False)

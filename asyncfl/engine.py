@@ -54,7 +54,7 @@ class UpdateRow(NamedTuple):
     arrival_time: float
     staleness: int
     accepted: bool
-    reason: str  # "" when accepted; "stale", "late", "non-finite", "norm" otherwise
+    reason: str  # "" when accepted; "stale", "late" (cancelled: arrival_time = when), "non-finite", "norm"
 
 
 @dataclass
@@ -504,7 +504,7 @@ class SyncProtocol:
                 straggler.process.interrupt()
                 straggler.future.cancel()
                 sim.counters.cancelled_late += 1
-                sim.record(straggler, sim.version, 0, False, "late")
+                sim.record(straggler, sim.version, 0, False, "late", arrival_time=sim.env.now)
         sim.request_flush([(r, 0) for r in self.arrived], then=self.start_round)
 
     def consumed(self, entries: list, accepted: list) -> None:

@@ -76,7 +76,7 @@ def test_validation_errors_exit_2_and_name_the_field(override, field, allowed, s
 
 
 def test_sync_buffer_above_cohort_and_seed_1d_population(scenario_file, capsys):
-    code = main(["validate", str(scenario_file), "--set", "server.protocol=\"sync\"", "--set", "server.concurrency=0",
+    code = main(["validate", str(scenario_file), "--set", "server.protocol=\"sync\"", "--set", "server.concurrency=3",
                  "--set", "server.cohort=4", "--set", "server.buffer=5"])
     assert code == 2
     err = capsys.readouterr().err
