@@ -110,8 +110,10 @@ def ma_full_coefficients(W: np.ndarray, m_row: np.ndarray, ridge: float) -> np.n
       :func:`_diagonal_is_safe`): ``Wᵀ a = m`` by back substitution, i.e. ``aᵀ = m W⁻¹``;
     * ``λ = 0`` otherwise: the minimum-norm least-squares solution (``numpy.linalg.lstsq``).
     """
-    W = np.asarray(W, dtype=np.float64)
-    m = np.asarray(m_row, dtype=np.float64)
+    # C-contiguous copies: LAPACK results depend (in the last bit) on memory layout, and the rule
+    # and the offline matrix must give the same bits for the same numbers
+    W = np.ascontiguousarray(W, dtype=np.float64)
+    m = np.ascontiguousarray(m_row, dtype=np.float64)
     if ridge < 0:
         raise ValueError(f"ridge = {ridge}: must be ≥ 0")
     if ridge > 0:
