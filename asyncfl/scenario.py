@@ -239,7 +239,9 @@ class RunConfig(Section):
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
     batched: bool = False  # train clients of one model version together (torch.func.vmap)
     ray_address: str | None = None
-    torch_threads: Annotated[int, Field(ge=0, le=4096)] = 0  # 0 = leave torch's default
+    # torch intra-op threads. Client models are small: one thread per job is fastest, and
+    # parallelism across clients comes from the executor. 0 = leave torch's default.
+    torch_threads: Annotated[int, Field(ge=0, le=4096)] = 1
     checkpoint_every: NonNegInt = 0  # 0 = no periodic checkpoints
     max_update_norm: PosFloat | None = None
     divergence_loss: PosFloat = 1e8  # a loss above this (or NaN) stops the run
