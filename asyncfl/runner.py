@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from asyncfl import rundir
+from asyncfl import run_bias, rundir
 from asyncfl.engine import Simulation, StepEvent
 from asyncfl.errors import NumericalFault
 from asyncfl.scenario import Scenario
@@ -46,7 +46,7 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
 # Features add sections to summary.json (e.g. privacy) and files to the run directory (e.g.
 # bias.json) through these hooks, keeping this module free of their details.
 SUMMARY_HOOKS: list[Callable[[Simulation], dict[str, Any]]] = []
-FINISH_HOOKS: list[Callable[[Simulation, Path], None]] = []
+FINISH_HOOKS: list[Callable[[Simulation, Path], None]] = [run_bias.finish_hook]
 
 
 async def run_to_dir(
