@@ -43,13 +43,14 @@ def clip(delta: torch.Tensor, S: float) -> torch.Tensor:
     norm = peak * float(torch.linalg.vector_norm(x64 / peak))
     if norm <= S:
         return x.clone()
-    out = x64 * (S / norm)
-    for _ in range(8):  # rounding: at most a couple of ulps over
-        n = float(torch.linalg.vector_norm(out))
+    factor = S / norm
+    for _ in range(16):  # rounding (also of the cast back to Δ's dtype): shrink by a few ulps
+        out = (x64 * factor).to(x.dtype)
+        n = float(torch.linalg.vector_norm(out.to(torch.float64)))
         if n <= S:
-            break
-        out = out * (S / n) * (1.0 - 4.0 * np.finfo(np.float64).eps)
-    return out.to(x.dtype)
+            return out
+        factor *= (S / n) * (1.0 - 4.0 * float(torch.finfo(x.dtype).eps))
+    return torch.zeros_like(x)  # unreachable in practice; zero is always within the bound
 
 
 def sensitivity(clip: float, gamma: float) -> float:
@@ -122,7 +123,7 @@ def postprocess_counts(c_hat: np.ndarray, C: int, mode: CountsMode = "project") 
         total = c.sum()
         if total <= 0.0:
             return np.full_like(c, C / c.size)
-        return c * (C / total)
+        return c / total * C  # divide first: no overflow when total is subnormal
     if mode == "simplex":
         return project_simplex(c_hat, C)
     raise ScenarioError([f"privacy.counts = {mode!r}: must be 'raw', 'clamp' or 'project'"])
