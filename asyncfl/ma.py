@@ -196,17 +196,31 @@ def ma_light_coefficients(w_row: np.ndarray, b_prev: np.ndarray, m_row: np.ndarr
     return float(u), float(v)
 
 
+def light_fit_kind(kind: TargetKind) -> TargetKind:
+    """The target MA-light's ``(u_t, v_t)`` recursion fits: always heavy-ball ``momentum``.
+
+    For ``nesterov`` MA-light fits the heavy-ball buffer ``h`` (target ``M_mom``) and adds
+    Nesterov's look-ahead ``m_t = r_t + β h̃_t`` (:class:`MALight`), because ``M_nest = I + β M_mom``
+    but a plain ``(u, v)`` fit of the Nesterov row cannot reproduce it even with ``W = I``: row 3
+    needs ``v = β`` in column 1 and ``v = β²/(1+β)`` in column 2 (tests/test_ma.py)."""
+    _check_kind(kind)
+    return "momentum"
+
+
 def light_recursion(W: np.ndarray, kind: TargetKind, beta: float) -> tuple[np.ndarray, np.ndarray]:
-    """MA-light offline on the recorded ``W``: ``(A, uv)`` with ``uv[t-1] = (u_t, v_t)`` and rows
-    ``ã_t = u_t e_t + v_t ã_{t−1}`` of ``A``; ``b_t = u_t W[t,:] + v_t b_{t−1} = ã_tᵀ W``."""
+    """MA-light offline on the recorded ``W``: ``(A, uv)`` with ``uv[t-1] = (u_t, v_t)``.
+
+    ``(u_t, v_t)`` fit the heavy-ball target (:func:`light_fit_kind`): ``ã_t = u_t e_t + v_t ã_{t−1}``
+    and ``b_t = u_t W[t,:] + v_t b_{t−1} = ã_tᵀ W``. ``A`` is the matrix the rule effectively uses,
+    :func:`light_matrix_from_uv` (``A = Ã`` for momentum, ``I + β Ã`` for Nesterov)."""
     W = np.asarray(W, dtype=np.float64)
     T = W.shape[0]
     uv = np.zeros((T, 2))
     b = np.zeros(0)
     for t in range(1, T + 1):
-        uv[t - 1] = ma_light_coefficients(W[t - 1, :t], b, target_row(kind, beta, t))
+        uv[t - 1] = ma_light_coefficients(W[t - 1, :t], b, target_row(light_fit_kind(kind), beta, t))
         b = _light_buffer(W[t - 1, :t], b, *uv[t - 1])
-    return light_matrix_from_uv(uv), uv
+    return light_matrix_from_uv(uv, kind, beta), uv
 
 
 def _light_buffer(w_row: np.ndarray, b_prev: np.ndarray, u: float, v: float) -> np.ndarray:
@@ -216,8 +230,15 @@ def _light_buffer(w_row: np.ndarray, b_prev: np.ndarray, u: float, v: float) -> 
     return b
 
 
-def light_matrix_from_uv(uv: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
-    """``A`` from the pairs ``(u_t, v_t)``: row ``t`` is ``ã_t = u_t e_t + v_t ã_{t−1}``, ``ã_0 = 0``."""
+def light_matrix_from_uv(
+    uv: np.ndarray | Sequence[Sequence[float]], kind: TargetKind = "momentum", beta: float = 0.0
+) -> np.ndarray:
+    """``A`` that MA-light uses, from its pairs ``(u_t, v_t)`` (DESIGN §4).
+
+    The recursion gives ``Ã`` with rows ``ã_t = u_t e_t + v_t ã_{t−1}``, ``ã_0 = 0`` (the weights
+    of the buffer ``h̃_t = u_t r_t + v_t h̃_{t−1}``). ``momentum``: ``A = Ã``; ``nesterov``:
+    ``m_t = r_t + β h̃_t``, so ``A = I + β Ã`` (exact for ``W = I``: ``M_nest = I + β M_mom``)."""
+    _check_kind(kind)
     uv = np.asarray(uv, dtype=np.float64).reshape(-1, 2)
     T = uv.shape[0]
     A = np.zeros((T, T))
@@ -225,11 +246,11 @@ def light_matrix_from_uv(uv: np.ndarray | Sequence[Sequence[float]]) -> np.ndarr
         if t:
             A[t, :t] = uv[t, 1] * A[t - 1, :t]
         A[t, t] = uv[t, 0]
-    return A
+    return A if kind == "momentum" else np.eye(T) + beta * A
 
 
 def coefficient_matrix_light(W: np.ndarray, kind: TargetKind, beta: float) -> np.ndarray:
-    """``A`` (T×T, rows ``ã_t``) that MA-light uses on the recorded ``W``."""
+    """``A`` (T×T) that MA-light effectively uses on the recorded ``W`` (:func:`light_recursion`)."""
     return light_recursion(W, kind, beta)[0]
 
 
@@ -331,7 +352,8 @@ class MAFull(_MARule):
 
 
 class MALightState(NamedTuple):
-    """``step`` = last step taken; ``buffer`` = ``m_{t−1}``; ``b`` = ``b_{t−1} = Wᵀ ã_{t−1}``."""
+    """``step`` = last step taken; ``buffer`` = ``h̃_{t−1}`` (``= m_{t−1}`` for the momentum target);
+    ``b`` = ``b_{t−1} = Wᵀ ã_{t−1}`` of that buffer."""
 
     step: int
     buffer: torch.Tensor
@@ -339,9 +361,15 @@ class MALightState(NamedTuple):
 
 
 class MALight(_MARule):
-    """MA-light: ``m_t = u_t r_t + v_t m_{t−1}`` with ``(u_t, v_t)`` from
-    :func:`ma_light_coefficients`; one model-sized buffer, like momentum. ``coefficients`` =
-    ``[u_t, v_t]``."""
+    """MA-light (DESIGN §4): one model-sized buffer ``h̃_t = u_t r_t + v_t h̃_{t−1}``, like momentum,
+    with ``(u_t, v_t)`` from :func:`ma_light_coefficients` fitted to the heavy-ball row
+    ``M_mom[t,:]`` (:func:`light_fit_kind`).
+
+    * target ``momentum``: ``m_t = h̃_t`` (row ``a_t = ã_t``);
+    * target ``nesterov``: ``m_t = r_t + β h̃_t`` (row ``a_t = e_t + β ã_t``, ``A = I + β Ã``), which
+      is Nesterov exactly when ``W = I`` because ``M_nest = I + β M_mom``.
+
+    ``coefficients`` = ``[u_t, v_t]`` (:func:`light_matrix_from_uv` rebuilds ``A``)."""
 
     @classmethod
     def from_config(cls, server: Any) -> "MALight":
@@ -353,6 +381,7 @@ class MALight(_MARule):
     def direction(self, aggregate: Aggregate, state: MALightState) -> RuleOutput:
         t = self._next_step(aggregate, state.step)
         w = version_row(aggregate.weights, t)
-        u, v = ma_light_coefficients(w, state.b, self._target_row(t))
-        m = u * aggregate.r + v * state.buffer
-        return RuleOutput(m, MALightState(t, m, _light_buffer(w, state.b, u, v)), np.array([u, v]))
+        u, v = ma_light_coefficients(w, state.b, target_row(light_fit_kind(self.target), self.beta, t))
+        h = u * aggregate.r + v * state.buffer
+        m = h if self.target == "momentum" else aggregate.r + self.beta * h
+        return RuleOutput(m, MALightState(t, h, _light_buffer(w, state.b, u, v)), np.array([u, v]))
