@@ -235,6 +235,72 @@ def test_full_ridge_matches_normal_equations(ridge):
         np.testing.assert_allclose(A[t - 1, :t], expected, rtol=1e-9, atol=1e-12)
 
 
+def _direct_ridge(W: np.ndarray, m: np.ndarray, ridge: float) -> np.ndarray:
+    return np.linalg.solve(W @ W.T + ridge * np.eye(W.shape[0]), W @ m)  # the straightforward formula
+
+
+@pytest.mark.parametrize("ridge", [1e-3, 0.5])
+@pytest.mark.parametrize("shape", ["dense", "fedbuff", "singular", "noisy"])
+def test_incremental_factor_matches_the_direct_ridge_solution(shape, ridge):
+    # the bordered Cholesky update (O(t²) per step) against (W Wᵀ + λI)⁻¹ W m on every row, T = 200
+    rng = np.random.default_rng(16)
+    T = 200
+    if shape == "dense":
+        W = random_lower(rng, T)
+    elif shape == "fedbuff":
+        W = weight_matrix(fedbuff_counts(rng, T, K=50, C=10), 0.5, 10)
+    elif shape == "singular":
+        W = random_lower(rng, T) * (rng.uniform(size=(T, 1)) < 0.7)  # 30 % of the rows empty
+    else:  # privacy-like: banded rows with noise and negative entries
+        W = np.tril(np.triu(rng.normal(0.0, 0.3, (T, T)), -8))
+    A, M = ma.coefficient_matrix_full(W, "nesterov", 0.9, ridge), loop_target("nesterov", 0.9, T)
+    for t in [*range(1, 40), *range(40, T, 9), T]:
+        expected = _direct_ridge(W[:t, :t], M[t - 1, :t], ridge)
+        err = np.linalg.norm(A[t - 1, :t] - expected) / np.linalg.norm(expected)
+        assert err < 1e-10, (t, err)
+    w_dense, chol = np.zeros((0, 0)), np.zeros(0)
+    for t in range(1, T + 1):
+        w_dense, chol = ma.full_factor_push(w_dense, chol, W[t - 1, :t], t, ridge)
+    L = ma.unpack_factor(chol, T)
+    np.testing.assert_allclose(L @ L.T, W @ W.T + ridge * np.eye(T), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(w_dense[:T, :T], W)
+
+
+def test_full_rule_is_bit_identical_to_offline_over_many_steps():
+    # the rule and coefficient_matrix_full share full_factor_push/solve (capacities 8, 16, 32, 64)
+    rng = np.random.default_rng(17)
+    T = 70
+    W = weight_matrix(fedbuff_counts(rng, T, K=30, C=5), 0.5, 5)
+    _, coefs, _, state = run_rule(ma.MAFull(0.9, "momentum", 1e-3), W, noisy_length=12)
+    A = ma.coefficient_matrix_full(W, "momentum", 0.9, 1e-3)
+    for t in range(1, T + 1):
+        np.testing.assert_array_equal(coefs[t - 1], A[t - 1, :t])
+    assert state.history.shape == (128, 3) and state.chol.shape == (4096,)  # doubled, not per step
+
+
+def test_full_state_reused_with_another_aggregate_copies_its_buffers():
+    # buffers are written in place; using an older state again must not see (or spoil) newer data
+    rng = np.random.default_rng(18)
+    T = 12
+    W = weight_matrix(fedbuff_counts(rng, T, K=8, C=2), 0.5, 2)
+    for rule in (ma.MAFull(0.9, "momentum", 1e-3), ma.MAFull(0.9, "nesterov", 0.0), ma.MAFull(0.9, "momentum", 1e-3, window=4)):
+        ms, _, rs, _ = run_rule(rule, W)
+        state = rule.init(torch.zeros(3, dtype=torch.float64))
+        states = [state]
+        for t in range(1, 7):
+            state = rule.direction(Aggregate(t, rs[t - 1], staleness_weights(W, t)), state).state
+            states.append(state)
+        branch = rule.direction(Aggregate(6, -rs[5], staleness_weights(W, 6) * 0.5), states[5])  # sibling of step 6
+        assert branch.state.written is not states[6].written
+        state = states[6]
+        for t in range(7, T + 1):  # the main line continues unharmed
+            out = rule.direction(Aggregate(t, rs[t - 1], staleness_weights(W, t)), state)
+            torch.testing.assert_close(out.direction, ms[t - 1], rtol=0, atol=0)
+            state = out.state
+    with pytest.raises(ValueError, match="stale"):  # its ring slots were overwritten by steps 7..12
+        rule.direction(Aggregate(6, rs[5], staleness_weights(W, 6)), states[5])
+
+
 # ----------------------------------------------------------------------------------------------
 # window
 @pytest.mark.parametrize("ridge", [0.0, 1e-3])
