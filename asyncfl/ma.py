@@ -61,9 +61,9 @@ from asyncfl.rules import RuleOutput
 TargetKind = Literal["momentum", "nesterov"]
 TARGETS: tuple[str, ...] = ("momentum", "nesterov")
 
-#: MA-light treats the 2-column system ``[W[t,:], b_{t−1}]`` as rank-deficient when its smaller
-#: singular value is at most this fraction of the larger one (collinear columns), and as zero
-#: when its larger singular value is 0.
+#: MA-light treats the 2-column system ``[W[t,:], b_{t−1}]`` as rank-deficient when, in its QR
+#: with the longer column first, ``|r22|`` is at most this fraction of ``|r11|`` (collinear
+#: columns; ``σ_min/σ_max`` up to a factor ≤ 2), and as zero when both columns are 0.
 LIGHT_RANK_RTOL = 1e-10
 
 
@@ -291,17 +291,28 @@ def ma_light_coefficients(w_row: np.ndarray, b_prev: np.ndarray, m_row: np.ndarr
     m = np.asarray(m_row, dtype=np.float64)
     b = np.zeros_like(w)
     b[: len(b_prev)] = b_prev
-    X = np.stack([w, b], axis=1)
-    sv = np.linalg.svd(X, compute_uv=False)  # one value only when t = 1 (X is 1×2: rank ≤ 1)
-    if sv[0] == 0.0:
+    # QR of X = [x1, x2] by Gram–Schmidt (re-orthogonalised once), the longer column first; for two
+    # columns |r22| / |r11| is the rank test (σ_min/σ_max up to a factor ≤ 2). A few O(t) dots,
+    # no SVD / LAPACK call: this is on the per-step path of a rule that must cost like momentum.
+    norm_w, norm_b = float(np.sqrt(w @ w)), float(np.sqrt(b @ b))
+    if max(norm_w, norm_b) == 0.0:
         return 0.0, 0.0
-    if len(sv) == 2 and sv[1] > LIGHT_RANK_RTOL * sv[0]:
-        u, v = np.linalg.lstsq(X, m, rcond=None)[0]
-        return float(u), float(v)
-    big = w if np.linalg.norm(w) >= np.linalg.norm(b) else b
-    q = big / np.linalg.norm(big)
-    k = np.array([q @ w, q @ b])
-    u, v = (q @ m) * k / (k @ k)
+    w_first = norm_w >= norm_b
+    x1, x2, n1 = (w, b, norm_w) if w_first else (b, w, norm_b)
+    q1 = x1 / n1
+    r12 = float(q1 @ x2)
+    y = x2 - r12 * q1
+    extra = float(q1 @ y)
+    y -= extra * q1
+    r12 += extra
+    r22 = float(np.sqrt(y @ y))
+    if r22 > LIGHT_RANK_RTOL * n1:
+        z2 = float(y @ m) / (r22 * r22)
+        z1 = (float(q1 @ m) - r12 * z2) / n1
+        return (z1, z2) if w_first else (z2, z1)
+    # rank 1: X = q kᵀ with q the unit direction of the larger column
+    k = np.array([q1 @ w, q1 @ b])
+    u, v = float(q1 @ m) * k / (k @ k)
     return float(u), float(v)
 
 
@@ -553,6 +564,6 @@ class MALight(_MARule):
         t = self._next_step(aggregate, state.step)
         w = version_row(aggregate.weights, t)
         u, v = ma_light_coefficients(w, state.b, target_row(light_fit_kind(self.target), self.beta, t))
-        h = u * aggregate.r + v * state.buffer
+        h = torch.mul(state.buffer, v).add_(aggregate.r, alpha=u)  # two passes over d, like momentum
         m = h if self.target == "momentum" else aggregate.r + self.beta * h
         return RuleOutput(m, MALightState(t, h, _light_buffer(w, state.b, u, v)), np.array([u, v]))
