@@ -12,7 +12,12 @@ T = 2000, d = 10⁶) and spend ~O(t·d) per step, so at each t its state is pre-
 (random history written in chunks, the incremental factor built from the real rows of ``W``)
 and a few steps are timed. A point whose history would exceed ``--max-gb`` is timed at a
 smaller d and scaled linearly in d (the step is a matrix-vector product, linear in d); the
-table marks it. Memory = bytes of the tensors and arrays held in the rule state.
+table marks it. Memory = bytes of the tensors and arrays held in the rule state (the benchmark
+sizes MA-full's history exactly; the rule's doubling can hold up to 2× that).
+
+``momentum`` is ``asyncfl.rules.Momentum`` (two allocations per step); ``momentum-fused`` is the
+same recursion with MA-light's one-allocation update, the like-for-like reference. Times on a
+shared machine are noisy: compare rows of the same run, and rerun.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import torch
 
 from asyncfl import ma
 from asyncfl.aggregation import Aggregate, weight_row
-from asyncfl.rules import Momentum
+from asyncfl.rules import Momentum, RuleOutput
 
 
 def fedbuff_weights(T: int, K: int, C: int, exponent: float, seed: int) -> list[np.ndarray]:
@@ -47,6 +52,17 @@ def fedbuff_weights(T: int, K: int, C: int, exponent: float, seed: int) -> list[
             taus, t = [], t + 1
         heapq.heappush(heap, (clock + rng.exponential(1.0), k, t))
     return rows
+
+
+class FusedMomentum(Momentum):
+    """Heavy ball with the update MA-light uses (``mul`` + in-place ``add_``: one allocation, two
+    passes over d): the like-for-like reference. ``asyncfl.rules.Momentum`` allocates twice."""
+
+    def direction(self, aggregate: Aggregate, state: Any) -> Any:
+        if not state.started:
+            return super().direction(aggregate, state)
+        m = torch.mul(state.trace, self.beta).add_(aggregate.r)
+        return RuleOutput(m, state._replace(trace=m))
 
 
 def state_bytes(state: Any) -> int:
@@ -122,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=4, help="timed MA-full steps per point")
     parser.add_argument("--max-gb", type=float, default=4.5, help="largest MA-full history timed at full d")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--skip-full", action="store_true", help="only momentum and ma-light")
     args = parser.parse_args(argv)
     d = args.d or (10_000 if args.quick else 1_000_000)
     T = args.T or (400 if args.quick else 2000)
@@ -134,13 +151,14 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[tuple[str, int, float, int, str]] = []
     sequential: dict[str, Callable[[], Any]] = {
         "momentum": lambda: Momentum(0.9),
+        "momentum-fused": lambda: FusedMomentum(0.9),
         "ma-light": lambda: ma.MALight(0.9, "momentum"),
     }
     per_step: dict[str, dict[int, float]] = {}
     for name, make in sequential.items():
         per_step[name], size = run_all_steps(make(), weights, d, points, span, seed=1)
         rows += [(name, p, per_step[name][p], size, f"mean of steps {p - span + 1}..{p}") for p in points]
-    for label, window in (("ma-full", None), (f"ma-full L={args.window}", args.window)):
+    for label, window in () if args.skip_full else (("ma-full", None), (f"ma-full L={args.window}", args.window)):
         rule = ma.MAFull(0.9, "momentum", args.ridge, window)
         for p in points:
             kept = p if window is None else min(window, p)
@@ -154,9 +172,9 @@ def main(argv: list[str] | None = None) -> None:
             rows.append((label, p, seconds * scale, int(history * scale + (size - history)), note))
 
     base = {p: per_step["momentum"][p] for p in points}
-    print(f"\n{'rule':<14}{'t':>6}{'ms/step':>12}{'× momentum':>12}{'state MB':>12}  how")
+    print(f"\n{'rule':<16}{'t':>6}{'ms/step':>12}{'× momentum':>12}{'state MB':>12}  how")
     for name, p, seconds, size, note in rows:
-        print(f"{name:<14}{p:>6}{1e3 * seconds:>12.3f}{seconds / base[p]:>12.3f}{size / 2**20:>12.1f}  {note}")
+        print(f"{name:<16}{p:>6}{1e3 * seconds:>12.3f}{seconds / base[p]:>12.3f}{size / 2**20:>12.1f}  {note}")
 
 
 if __name__ == "__main__":
