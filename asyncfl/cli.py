@@ -120,7 +120,7 @@ def register_core(sub: Any) -> None:
 
 
 # Other subcommands live next to their feature; each module has ``register(subparsers)``.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["asyncfl.library"]
 
 
 def build_parser() -> argparse.ArgumentParser:

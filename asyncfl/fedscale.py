@@ -40,6 +40,7 @@ import numpy as np
 
 from asyncfl.availability import Schedule
 from asyncfl.errors import TraceError
+from asyncfl.scenario import resolve_path
 
 MAX_BYTES = 512 * 2**20
 SAFE_BUILTINS = frozenset({"dict", "list", "tuple", "int", "float", "str"})
@@ -59,8 +60,9 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def load_plain_pickle(path: str | Path, what: str) -> Any:
-    """Read ``path`` with :class:`RestrictedUnpickler`; every failure is a :class:`TraceError`."""
-    path = Path(path)
+    """Read ``path`` with :class:`RestrictedUnpickler`; every failure is a :class:`TraceError`.
+    ``asyncfl:NAME`` names a file shipped in ``asyncfl/data``."""
+    path = resolve_path(str(path))
     if not path.is_file():
         raise TraceError(f"{what} {path}: no such file")
     raw = path.read_bytes()
@@ -118,7 +120,7 @@ class DeviceProfiles:
 
 def load_devices(path: str | Path) -> DeviceProfiles:
     """Load and check a FedScale device-capacity pickle."""
-    path, what = Path(path), "FedScale device file"
+    path, what = resolve_path(str(path)), "FedScale device file"
     data = load_plain_pickle(path, what)
     ids = _top(data, path, what)
     problems: list[str] = []
@@ -161,7 +163,7 @@ class AvailabilityTrace:
 
 def load_availability(path: str | Path) -> AvailabilityTrace:
     """Load and check a FedScale availability (behaviour) pickle."""
-    path, what = Path(path), "FedScale availability file"
+    path, what = resolve_path(str(path)), "FedScale availability file"
     data = load_plain_pickle(path, what)
     ids = _top(data, path, what)
     problems: list[str] = []

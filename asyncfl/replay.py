@@ -77,7 +77,7 @@ class Trace:
 
 def trace_path(file: str | Path) -> Path:
     """``file`` itself, or ``file/updates.csv`` when ``file`` is a run directory."""
-    path = Path(file)
+    path = sc.resolve_path(str(file))
     return path / "updates.csv" if path.is_dir() else path
 
 
