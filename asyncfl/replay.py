@@ -22,7 +22,8 @@ Details, all documented behaviour:
   goes to an idle client (the lowest-numbered one not dispatched again later in the trace) and
   never arrives — exactly what the recording saw before its end.
 * **Running out** is an error, never a silent fallback: a scenario needing more uploads than
-  the trace holds (``run.steps × server.buffer``) is refused when the fleet is built, and a
+  the trace holds (``run.steps × server.buffer`` for FedBuff, ``run.steps`` for sync) is
+  refused when the fleet is built, and a
   replay that still stalls because every client in flight is an unknown dispatch stops with a
   :class:`~asyncfl.errors.TraceError` naming the file and the step reached.
 
@@ -148,11 +149,15 @@ class ReplayFleet(Fleet):
         n, where = scenario.population.clients, f"trace {self.trace.path}"
         if self.trace.max_client >= n:
             raise TraceError(f"{where}: names client {self.trace.max_client}, but population.clients = {n}")
-        need = scenario.run.steps * scenario.server.buffer
+        # FedBuff steps consume exactly C uploads; a sync round at least one (fewer than C
+        # when fewer clients were online)
+        per_step = scenario.server.buffer if scenario.server.protocol == "fedbuff" else 1
+        need = scenario.run.steps * per_step
         if self.trace.uploads < need:
+            what = "run.steps × server.buffer" if per_step > 1 else "run.steps"
             raise TraceError(
                 f"{where}: too short: it holds {self.trace.uploads} uploads (recorded {self.trace.recorded_steps} steps), "
-                f"but run.steps × server.buffer = {scenario.run.steps} × {scenario.server.buffer} = {need} are needed"
+                f"but {what} = {need} are needed"
             )
         self.size = n
         self.speeds = np.ones(n)
