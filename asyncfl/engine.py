@@ -16,6 +16,12 @@ Protocols (DESIGN §3):
 * **Sync** — each round samples a cohort, waits for its first ``C`` arrivals (``C`` = cohort
   unless over-selected) and steps; the round lasts until the ``C``-th arrival, so sync and
   async runs share one virtual time axis. Stragglers past ``C`` are cancelled ("late").
+
+Availability (``[population] availability``): offline clients are never dispatched; when no
+client can be dispatched the protocol waits on the virtual clock until one comes online
+(``Fleet.next_online``) and then restores ``K`` (FedBuff) or starts the round (sync). A client
+that goes offline before its upload arrives drops it ("offline", counted in
+``updates_dropped_offline``), and FedBuff dispatches a replacement at once.
 """
 
 from __future__ import annotations
@@ -33,15 +39,15 @@ import torch
 from asyncfl import rng as rngmod
 from asyncfl.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.algorithms import Algorithm, PseudoGradient, StepInfo
-from asyncfl.errors import NumericalFault
+from asyncfl.errors import NumericalFault, TraceError
 from asyncfl.executors import Executor, make_executor
-from asyncfl.population import Fleet
+from asyncfl.population import Fleet, build_fleet
 from asyncfl.rules import make_rule
 from asyncfl.scenario import Scenario
 from asyncfl.tasks.base import Task
 from asyncfl.training import LocalJob
 
-UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
+UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason", "dispatch")
 
 
 class UpdateRow(NamedTuple):
@@ -54,7 +60,9 @@ class UpdateRow(NamedTuple):
     arrival_time: float
     staleness: int
     accepted: bool
-    reason: str  # "" when accepted; "stale", "late" (cancelled: arrival_time = when), "non-finite", "norm"
+    reason: str  # "" when accepted; "stale", "late" (cancelled: arrival_time = when), "non-finite", "norm",
+    # "offline" (the client went offline while training: arrival_time = when)
+    dispatch: int  # the dispatch's sequence number (1, 2, …): trace replay restores this order
 
 
 @dataclass
@@ -69,6 +77,7 @@ class InFlight:
     job: LocalJob
     future: "asyncio.Future[torch.Tensor]"
     process: Any = None
+    offline_time: float = math.inf  # the client goes offline then, if before arrival_time
 
 
 @dataclass
@@ -107,6 +116,7 @@ class Counters:
     cancelled_late: int = 0
     rejected_nonfinite: int = 0
     rejected_norm: int = 0
+    dropped_offline: int = 0
     dispatched: int = 0
 
     @property
@@ -181,7 +191,7 @@ class Simulation:
         )
         self.algorithm = algorithm if algorithm is not None else default_algorithm(scenario, self.task, aggregator)
         self.streams = rngmod.make_streams(scenario.seed)
-        self.fleet = (fleet_factory or make_fleet)(scenario, self.streams)
+        self.fleet = fleet_factory(scenario, self.streams) if fleet_factory else make_fleet(scenario, self.streams, self.task)
         self.env = simpy.Environment()
         server = scenario.server
         self.protocol = FedBuffProtocol(self) if server.protocol == "fedbuff" else SyncProtocol(self)
@@ -220,12 +230,12 @@ class Simulation:
         now = self.env.now
         self.fleet.busy[client] = True
         seed = rngmod.job_seed(self.streams["jobs"])
-        latency = self.fleet.latency(client, now, self.streams["latency"])
+        arrival, offline = self.fleet.schedule(client, now, self.streams["latency"])
         job = self.algorithm.make_job(client, self.theta, seed, self.algo_state)
         self._seq += 1
         rec = InFlight(
             seq=self._seq, client=client, version=self.version, dispatch_time=now,
-            arrival_time=now + latency, job=job, future=self.executor.submit(job),
+            arrival_time=arrival, job=job, future=self.executor.submit(job), offline_time=offline,
         )
         self.in_flight[rec.seq] = rec
         self.counters.dispatched += 1
@@ -233,14 +243,26 @@ class Simulation:
         return rec
 
     def _client_life(self, rec: InFlight):
-        """dispatch → train for its latency on the virtual clock → upload."""
+        """dispatch → train for its latency on the virtual clock → upload (or go offline first)."""
+        goes_offline = rec.offline_time < rec.arrival_time
+        end = rec.offline_time if goes_offline else rec.arrival_time
         try:
-            yield self.env.timeout(rec.arrival_time - self.env.now)
+            if math.isinf(end):
+                yield self.env.event()  # never arrives (a replayed straggler): only a cancel ends it
+            yield self.env.timeout(end - self.env.now)
+            while goes_offline and self.env.now < end:  # land exactly on the schedule's boundary
+                yield self.env.timeout(end - self.env.now)
         except simpy.Interrupt:
             return  # cancelled (a straggler of a closed sync round)
         self.in_flight.pop(rec.seq, None)
         self.fleet.busy[rec.client] = False
-        if not self.finished:
+        if self.finished:
+            return
+        if goes_offline:
+            self.counters.dropped_offline += 1
+            self.record(rec, self.version, self.version - rec.version, False, "offline", arrival_time=end)
+            self.protocol.on_offline(rec)
+        else:
             self.protocol.on_arrival(rec)
 
     def request_flush(self, entries: list[tuple[InFlight, int]], then: Callable[[], None]) -> None:
@@ -250,7 +272,7 @@ class Simulation:
 
     def record(self, rec: InFlight, step: int, staleness: int, accepted: bool, reason: str = "", arrival_time: float | None = None) -> None:
         t_arr = rec.arrival_time if arrival_time is None else arrival_time
-        self.sink.on_update(UpdateRow(rec.client, rec.version, step, rec.dispatch_time, t_arr, staleness, accepted, reason))
+        self.sink.on_update(UpdateRow(rec.client, rec.version, step, rec.dispatch_time, t_arr, staleness, accepted, reason, rec.seq))
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -275,6 +297,9 @@ class Simulation:
             while self.steps_done < self.total_steps:
                 while self._pending_flush is None:
                     if self.env.peek() == math.inf:
+                        reason = self.fleet.explain_stall(self.env.now, self.steps_done, self.total_steps)
+                        if reason is not None:
+                            raise TraceError(reason)
                         raise RuntimeError(
                             f"the simulation stalled at virtual time {self.env.now:g} with "
                             f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
@@ -343,7 +368,8 @@ class Simulation:
             then()
         event = StepEvent(
             step=self.steps_done, total_steps=self.total_steps, time=self.env.now, wall_time=self.wall_time,
-            accepted=self.counters.accepted, dropped=self.counters.dropped_stale + self.counters.cancelled_late,
+            accepted=self.counters.accepted,
+            dropped=self.counters.dropped_stale + self.counters.cancelled_late + self.counters.dropped_offline,
             rejected=self.counters.rejected, metrics=metrics,
         )
         if metrics is not None:
@@ -415,6 +441,7 @@ class Simulation:
             "updates_cancelled_late": c.cancelled_late,
             "updates_rejected_nonfinite": c.rejected_nonfinite,
             "updates_rejected_norm": c.rejected_norm,
+            "updates_dropped_offline": c.dropped_offline,
             "clients_dispatched": c.dispatched,
             "updates_per_second": c.accepted / wall if wall > 0 else math.nan,
             "final": {k: v for k, v in self.last_metrics.items() if k not in ("wall_time",)},
@@ -441,8 +468,37 @@ def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
     return out
 
 
-def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator]) -> Fleet:
-    return Fleet(scenario, streams)
+def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator], task: Task | None = None) -> Fleet:
+    """The scenario's fleet (distributions, FedScale profiles or a replayed trace; availability)."""
+    return build_fleet(scenario, streams, task)
+
+
+class Waiter:
+    """Waits on the virtual clock until a client comes online (``Fleet.next_online``), then
+    calls ``retry``. At most one wait is pending; none when nothing will ever come online (the
+    run then stalls and the fleet explains why)."""
+
+    def __init__(self, sim: Simulation, retry: Callable[[], None]) -> None:
+        self.sim = sim
+        self.retry = retry
+        self.pending = False
+
+    def wait(self) -> None:
+        if self.pending:
+            return
+        when = self.sim.fleet.next_online(self.sim.env.now)
+        if math.isinf(when):
+            return
+        self.pending = True
+        self.sim.env.process(self._sleep(when))
+
+    def _sleep(self, when: float):
+        env = self.sim.env
+        while env.now < when:  # two timeouts at most: the second lands exactly on `when`
+            yield env.timeout(when - env.now)
+        self.pending = False
+        if not self.sim.finished:
+            self.retry()
 
 
 class FedBuffProtocol:
@@ -451,16 +507,24 @@ class FedBuffProtocol:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.max_staleness = sim.scenario.server.max_staleness
+        self.waiter = Waiter(sim, self.dispatch_one)
 
     def start(self) -> None:
-        for _ in range(self.sim.scenario.server.concurrency):
-            self.dispatch_one()
+        self.dispatch_one()
 
     def dispatch_one(self) -> None:
+        """Dispatch until ``K`` clients are in flight (one, after an arrival); when no client
+        is idle and online, wait until one comes online."""
         sim = self.sim
-        client = sim.fleet.choose(sim.env.now, sim.streams["selection"])
-        if client is not None:
+        while len(sim.in_flight) < sim.scenario.server.concurrency:
+            client = sim.fleet.choose(sim.env.now, sim.streams["selection"])
+            if client is None:
+                self.waiter.wait()
+                return
             sim.dispatch(client)
+
+    def on_offline(self, rec: InFlight) -> None:
+        self.dispatch_one()
 
     def on_arrival(self, rec: InFlight) -> None:
         sim = self.sim
@@ -495,6 +559,7 @@ class SyncProtocol:
         self.round: list[InFlight] = []  # dispatched this round
         self.arrived: list[InFlight] = []
         self.need = 0
+        self.waiter = Waiter(sim, self.start_round)
 
     def start(self) -> None:
         self.start_round()
@@ -506,10 +571,26 @@ class SyncProtocol:
         self.arrived = []
         self.need = min(server.buffer, int(cohort.size))
         self.round = [sim.dispatch(int(k)) for k in cohort]
+        if not self.round:  # nobody online: the round starts when someone comes online
+            self.waiter.wait()
 
     def on_arrival(self, rec: InFlight) -> None:
-        sim = self.sim
         self.arrived.append(rec)
+        self._maybe_close()
+
+    def on_offline(self, rec: InFlight) -> None:
+        """A cohort member went offline: the round needs at most the arrivals still possible;
+        when the whole cohort is gone, a new round starts."""
+        sim = self.sim
+        still = sum(r.seq in sim.in_flight for r in self.round)
+        self.need = min(self.need, len(self.arrived) + still)
+        if self.need == 0:
+            self.start_round()
+        else:
+            self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        sim = self.sim
         if len(self.arrived) < self.need:
             return
         for straggler in self.round:  # the round is closed: stragglers are cancelled

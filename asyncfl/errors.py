@@ -24,3 +24,8 @@ class RunDirError(AsyncFLError):
 
 class NumericalFault(AsyncFLError):
     """The model diverged (loss NaN/Inf or above the bound); the message names the step."""
+
+
+class TraceError(AsyncFLError):
+    """A trace file (a run's ``updates.csv`` to replay, a FedScale device or availability
+    pickle) is missing, malformed, hostile, or too short for the run; the message names the file."""

@@ -1,0 +1,1 @@
+"""Studies that use the asyncfl library and write figures and tables (DESIGN.md §2)."""
