@@ -167,6 +167,7 @@ class Simulation:
         fleet_factory: Callable[[Scenario, dict[str, np.random.Generator]], Fleet] | None = None,
     ) -> None:
         self.scenario = scenario
+        self._task_from_scenario = task is None  # remote executors may rebuild it from the scenario
         if task is None:
             from asyncfl.tasks import build_task
 
@@ -251,7 +252,8 @@ class Simulation:
     @property
     def executor(self) -> Executor:
         if self._executor is None:
-            self._executor = make_executor(self.task, self.scenario.client, self.scenario.run)
+            scenario = self.scenario if self._task_from_scenario else None
+            self._executor = make_executor(self.task, self.scenario.client, self.scenario.run, scenario)
         return self._executor
 
     def _start(self) -> None:
