@@ -1,8 +1,8 @@
 """The simulator: simpy decides *when*, an executor decides *where*, the algorithm decides
 *what* (DESIGN.md §2–3).
 
-Every dispatched client is a simpy process that waits its sampled latency on the virtual clock
-and then uploads. Its training job was submitted to the executor at dispatch and is awaited
+Every dispatched client waits its sampled latency on the virtual clock (one simpy timeout,
+see :class:`Arrival`) and then uploads. Its training job was submitted to the executor at dispatch and is awaited
 only when the buffer flushes, so a run is an asyncio coroutine: :meth:`Simulation.events` is an
 async iterator of :class:`StepEvent` (what progress bars and notebooks consume) and
 :meth:`Simulation.run` drives it to the end (:func:`run_blocking` for scripts).
@@ -76,8 +76,52 @@ class InFlight:
     arrival_time: float
     job: LocalJob
     future: "asyncio.Future[torch.Tensor]"
-    process: Any = None
+    process: Any = None  # its Arrival on the clock (``interrupt()`` cancels it)
     offline_time: float = math.inf  # the client goes offline then, if before arrival_time
+
+    @property
+    def goes_offline(self) -> bool:
+        return self.offline_time < self.arrival_time
+
+    @property
+    def end_time(self) -> float:
+        """When its life on the clock ends: the upload, or going offline first."""
+        return self.offline_time if self.goes_offline else self.arrival_time
+
+
+class Arrival:
+    """A dispatched client's end of life on the simpy clock: dispatch → wait → upload (or drop).
+
+    Performance: one ``Timeout`` with a callback instead of a simpy process per client (a
+    process costs a generator, an ``Initialize`` event and a resume per client, about half of the
+    engine's time with zero-cost training). The event order is unchanged: the timeout is
+    scheduled at dispatch, in dispatch order, exactly as the process's first ``yield`` did.
+    An infinite ``end`` (a replayed straggler that never arrives) schedules nothing; with
+    ``exact`` the wait is repeated until the clock reaches ``end`` (float round-off), so a drop
+    lands exactly on an availability boundary. ``interrupt()`` cancels it.
+    """
+
+    __slots__ = ("cancelled", "env", "end", "exact", "on_arrival")
+
+    def __init__(self, env: simpy.Environment, end: float, on_arrival: Callable[[], None], exact: bool = False) -> None:
+        self.cancelled = False
+        self.env, self.end, self.exact, self.on_arrival = env, end, exact, on_arrival
+        if not math.isinf(end):
+            self._wait()
+
+    def _wait(self) -> None:
+        self.env.timeout(self.end - self.env.now).callbacks.append(self._fire)
+
+    def _fire(self, _event: Any) -> None:
+        if self.cancelled:
+            return
+        if self.exact and self.env.now < self.end:
+            self._wait()
+            return
+        self.on_arrival()
+
+    def interrupt(self) -> None:
+        self.cancelled = True
 
 
 @dataclass
@@ -179,6 +223,7 @@ class Simulation:
         fleet_factory: Callable[[Scenario, dict[str, np.random.Generator]], Fleet] | None = None,
     ) -> None:
         self.scenario = scenario
+        self._task_from_scenario = task is None  # remote executors may rebuild it from the scenario
         if task is None:
             from asyncfl.tasks import build_task
 
@@ -226,7 +271,7 @@ class Simulation:
         return time.perf_counter() - self._wall_start
 
     def dispatch(self, client: int) -> InFlight:
-        """Send the current model to ``client`` and start its simpy process."""
+        """Send the current model to ``client`` and put its arrival on the clock."""
         now = self.env.now
         self.fleet.busy[client] = True
         seed = rngmod.job_seed(self.streams["jobs"])
@@ -239,21 +284,13 @@ class Simulation:
         )
         self.in_flight[rec.seq] = rec
         self.counters.dispatched += 1
-        rec.process = self.env.process(self._client_life(rec))
+        rec.process = Arrival(self.env, rec.end_time, lambda: self._client_life(rec), exact=rec.goes_offline)
         return rec
 
-    def _client_life(self, rec: InFlight):
-        """dispatch → train for its latency on the virtual clock → upload (or go offline first)."""
-        goes_offline = rec.offline_time < rec.arrival_time
-        end = rec.offline_time if goes_offline else rec.arrival_time
-        try:
-            if math.isinf(end):
-                yield self.env.event()  # never arrives (a replayed straggler): only a cancel ends it
-            yield self.env.timeout(end - self.env.now)
-            while goes_offline and self.env.now < end:  # land exactly on the schedule's boundary
-                yield self.env.timeout(end - self.env.now)
-        except simpy.Interrupt:
-            return  # cancelled (a straggler of a closed sync round)
+    def _client_life(self, rec: InFlight) -> None:
+        """The end of a client's job: its upload at ``arrival_time``, or the drop of its update
+        when it goes offline first (not called for a cancelled straggler)."""
+        goes_offline, end = rec.goes_offline, rec.end_time
         self.in_flight.pop(rec.seq, None)
         self.fleet.busy[rec.client] = False
         if self.finished:
@@ -278,7 +315,8 @@ class Simulation:
     @property
     def executor(self) -> Executor:
         if self._executor is None:
-            self._executor = make_executor(self.task, self.scenario.client, self.scenario.run)
+            scenario = self.scenario if self._task_from_scenario else None
+            self._executor = make_executor(self.task, self.scenario.client, self.scenario.run, scenario)
         return self._executor
 
     def _start(self) -> None:
@@ -325,8 +363,8 @@ class Simulation:
             await self._executor.aclose()
 
     # ------------------------------------------------------------------------------------------
-    def _check(self, message: torch.Tensor) -> str:
-        if not bool(torch.isfinite(message).all()):
+    def _check(self, message: torch.Tensor, finite: bool | None = None) -> str:
+        if not (bool(torch.isfinite(message).all()) if finite is None else finite):
             return "non-finite"
         bound = self.scenario.run.max_update_norm
         if bound is not None and float(message.norm()) > bound:
@@ -336,12 +374,17 @@ class Simulation:
     async def _flush(self) -> StepEvent | None:
         assert self._pending_flush is not None
         entries, then = self._pending_flush
-        locals_ = await asyncio.gather(*(rec.future for rec, _ in entries))
+        futures = [rec.future for rec, _ in entries]
+        if all(f.done() for f in futures):  # fast path (already computed): no event-loop round trip
+            locals_ = [f.result() for f in futures]
+        else:
+            locals_ = await asyncio.gather(*futures)
         step = self.version
         accepted: list[tuple[InFlight, int, torch.Tensor]] = []
-        for (rec, tau), local in zip(entries, locals_):
-            message = self.algorithm.client_message(rec.job, local, self.algo_state)
-            reason = self._check(message)
+        messages = [self.algorithm.client_message(rec.job, local, self.algo_state) for (rec, _), local in zip(entries, locals_)]
+        finite = _all_finite(messages)
+        for (rec, tau), message, ok in zip(entries, messages, finite):
+            reason = self._check(message, ok)
             if reason:
                 self.counters.rejected_nonfinite += reason == "non-finite"
                 self.counters.rejected_norm += reason == "norm"
@@ -456,6 +499,14 @@ class Simulation:
 
             self._privacy_summary = summary(self.privacy_setup)
         return self._privacy_summary
+
+
+def _all_finite(messages: list[torch.Tensor]) -> list[bool]:
+    """``isfinite(m).all()`` for every message, in one tensor op when they share a shape
+    (performance: per-upload checks cost more than the rest of an arrival with cheap jobs)."""
+    if len(messages) > 1 and all(m.shape == messages[0].shape for m in messages):
+        return torch.isfinite(torch.stack(messages).reshape(len(messages), -1)).all(dim=1).tolist()
+    return [bool(torch.isfinite(m).all()) for m in messages]
 
 
 def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
