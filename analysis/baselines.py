@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problems", nargs="+", default=["least-squares", "logreg"])
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    results = {p: run_problem(p, args.clients, args.rounds, args.seed, print) for p in args.problems}
+    results = {p: run_problem(p, args.clients, args.rounds, args.seed, lambda m: print(m, flush=True)) for p in args.problems}
     plot(results, args.out / "gaps.png")
     print(write_tables(results, args.out))
     print(f"wrote {args.out / 'gaps.png'}, gaps.csv, gaps.md")

@@ -269,6 +269,13 @@ class FedPD(PersistentClients):
 
     In the simulator a skipped round still takes the cohort's latency on the virtual clock: the
     local work happens, only the exchange is skipped.
+
+    Fixed points: with ``p = 0`` and exact solves FedPD converges to the pooled ``θ*`` (DESIGN
+    §6). With ``p > 0`` it does not, in general: an exact local solve gives
+    ``λ_k = −∇f_k(x_k)`` after every client step, so a skipped round is the proximal-point step
+    ``x_k ← prox_{f_k,μ}(x_k)`` on the client's own ``f_k`` (drift towards its own optimum); even
+    from ``θ*`` a skip leaves ``c_k = θ* + sλ_k ≠ θ*``. Seed 002's accuracy–skipping trade-off
+    (its eq. (6)) is this neighbourhood.
     """
 
     memory = ("lam", "c", "x")
