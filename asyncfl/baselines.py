@@ -94,6 +94,11 @@ class PersistentClients:
             raise ValueError(f"the proximal coefficient μ = 1/s must be positive, got {mu}")
         self.num_clients, self.mu, self.s = num_clients, float(mu), 1.0 / float(mu)
 
+    def summary(self, state: "BaselineState") -> dict[str, Any]:
+        """``summary.json`` section: rounds, communications and skipped rounds."""
+        return {"baseline": {"rounds": state.rounds, "communications": state.communications,
+                             "skipped": state.rounds - state.communications}}
+
     # -- per-algorithm math (overridden) ----------------------------------------------------
     def init_memory(self, theta: torch.Tensor) -> Memory:
         return {name: theta.clone() for name in self.memory}
@@ -324,22 +329,3 @@ def make_algorithm(scenario: Scenario, task: Task) -> Algorithm:
         f"server.algorithm = {server.algorithm!r}: not a splitting/primal-dual baseline "
         "(known here: fedsplit, feddr, fedpd; fedavg and fedprox are PseudoGradient)"
     )
-
-
-def communication_summary(sim: Any) -> dict[str, Any]:
-    """``summary.json`` section for the baselines: rounds, communications, skipped rounds."""
-    state = getattr(sim, "algo_state", None)
-    if not isinstance(state, BaselineState):
-        return {}
-    return {"baseline": {"rounds": state.rounds, "communications": state.communications,
-                         "skipped": state.rounds - state.communications}}
-
-
-def _register_summary_hook() -> None:
-    from asyncfl import runner
-
-    if communication_summary not in runner.SUMMARY_HOOKS:
-        runner.SUMMARY_HOOKS.append(communication_summary)
-
-
-_register_summary_hook()

@@ -489,6 +489,7 @@ class Simulation:
             "updates_per_second": c.accepted / wall if wall > 0 else math.nan,
             "final": {k: v for k, v in self.last_metrics.items() if k not in ("wall_time",)},
             **({"privacy": self.privacy_summary()} if self.privacy_setup is not None else {}),
+            **(self.algorithm.summary(self.algo_state) if hasattr(self.algorithm, "summary") else {}),
         }
 
     def privacy_summary(self) -> dict[str, Any]:

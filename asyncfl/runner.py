@@ -35,18 +35,9 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
     writer.write_counts(_arrays(sim))
     writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
     summary = {**sim.summary(), "status": status, **(extra or {})}
-    for hook in SUMMARY_HOOKS:
-        summary.update(hook(sim))
     writer.write_summary(summary)
-    for hook in FINISH_HOOKS:
-        hook(sim, writer.path)
+    run_bias.finish_hook(sim, writer.path)
     return summary
-
-
-# Features add sections to summary.json (e.g. privacy) and files to the run directory (e.g.
-# bias.json) through these hooks, keeping this module free of their details.
-SUMMARY_HOOKS: list[Callable[[Simulation], dict[str, Any]]] = []
-FINISH_HOOKS: list[Callable[[Simulation, Path], None]] = [run_bias.finish_hook]
 
 
 async def run_to_dir(

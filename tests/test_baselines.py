@@ -16,7 +16,7 @@ import torch
 
 from asyncfl import scenario as sc
 from asyncfl.aggregation import ClientUpdate
-from asyncfl.baselines import BaselineState, FedDR, FedPD, FedSplit, communication_summary, prox_regularizer
+from asyncfl.baselines import BaselineState, FedDR, FedPD, FedSplit, prox_regularizer
 from asyncfl.engine import Simulation, run_blocking
 from asyncfl.errors import ScenarioError
 
@@ -287,7 +287,7 @@ def test_fedpd_skips_with_probability_p_and_only_communicating_rounds_move_theta
             assert torch.equal(snap["theta"], prev)
             torch.testing.assert_close(st.clients["c"], st.clients["x"] + 0.5 * st.clients["lam"], rtol=0, atol=1e-14)
         prev = snap["theta"]
-    assert communication_summary(sim) == {"baseline": {"rounds": n, "communications": n - skipped, "skipped": skipped}}
+    assert sim.summary()["baseline"] == {"rounds": n, "communications": n - skipped, "skipped": skipped}
     # seeded: the same scenario skips the same rounds
     _, again = step_through(scenario("fedpd", client={"mu": 2.0}, server={"skip_probability": p}, steps=60))
     assert [s["state"].communications for s in again] == [s["state"].communications for s in snaps[:60]]
