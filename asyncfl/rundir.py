@@ -37,6 +37,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make run files private to their writer
     tmp_path = Path(tmp)
     try:
         write(tmp_path)

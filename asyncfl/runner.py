@@ -16,6 +16,7 @@ import numpy as np
 from asyncfl import run_bias, rundir
 from asyncfl.engine import Simulation, StepEvent
 from asyncfl.errors import NumericalFault
+from asyncfl.plots import plot_metrics
 from asyncfl.scenario import Scenario
 
 
@@ -37,6 +38,7 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
     summary = {**sim.summary(), "status": status, **(extra or {})}
     writer.write_summary(summary)
     run_bias.finish_hook(sim, writer.path)
+    plot_metrics([writer.path], writer.path / "metrics.png")
     return summary
 
 
