@@ -21,6 +21,7 @@ Protocols (DESIGN §3):
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ import torch
 from asyncfl import rng as rngmod
 from asyncfl.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.algorithms import Algorithm, PseudoGradient, StepInfo
-from asyncfl.errors import NumericalFault
+from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.executors import Executor, make_executor
 from asyncfl.population import Fleet
 from asyncfl.rules import make_rule
@@ -196,6 +197,11 @@ class Simulation:
         self._wall_start = 0.0
         self.finished = False
         self.last_metrics: dict[str, float] = {}
+        # --- checkpoint / resume (asyncfl.checkpoint) ----------------------------------------
+        # Polled between simpy events (the state is then complete data: no flush in progress);
+        # returning True stops the run with RunInterrupted so that the caller can checkpoint.
+        self.should_stop: Callable[[], bool] | None = None
+        self._restored: Any = None  # set by checkpoint.load_state: restart in-flight clients instead of start()
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -230,7 +236,9 @@ class Simulation:
     def _client_life(self, rec: InFlight):
         """dispatch → train for its latency on the virtual clock → upload."""
         try:
-            yield self.env.timeout(rec.arrival_time - self.env.now)
+            # exactly at arrival_time (now + (a − now) can miss it by an ulp), so that a resumed
+            # run, which restarts this wait at the checkpoint's clock, sees the same times
+            yield timeout_at(self.env, rec.arrival_time)
         except simpy.Interrupt:
             return  # cancelled (a straggler of a closed sync round)
         self.in_flight.pop(rec.seq, None)
@@ -259,6 +267,11 @@ class Simulation:
         self._wall_start = time.perf_counter()
         if self.scenario.run.torch_threads:
             torch.set_num_threads(self.scenario.run.torch_threads)
+        if self._restored is not None:  # resumed from a checkpoint: its clients are already chosen
+            from asyncfl.checkpoint import restart
+
+            restart(self)
+            return
         self._evaluate()
         self.protocol.start()
 
@@ -269,6 +282,8 @@ class Simulation:
         try:
             while self.steps_done < self.total_steps:
                 while self._pending_flush is None:
+                    if self.should_stop is not None and self.should_stop():
+                        raise RunInterrupted(self.steps_done, self.env.now)
                     if self.env.peek() == math.inf:
                         raise RuntimeError(
                             f"the simulation stalled at virtual time {self.env.now:g} with "
@@ -287,6 +302,10 @@ class Simulation:
         async for _ in self.events():
             pass
         return self.summary()
+
+    async def aclose(self) -> None:
+        """Cancel the jobs still running and close the executor (a stopped run)."""
+        await self._drain()
 
     async def _drain(self) -> None:
         for rec in self.in_flight.values():
@@ -424,6 +443,22 @@ def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
+
+
+def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
+    """A timeout that fires at exactly ``when``. ``env.timeout(when − now)`` fires at
+    ``now + (when − now)``, which rounding can move by an ulp — and a resumed run restarts the wait
+    from another ``now``, so only an absolute time reproduces the uninterrupted run bit for bit.
+    simpy has no public absolute timeout: this is ``Timeout`` with the queue entry's time given
+    (simpy's queue holds ``(time, priority, eid, event)``; eids keep ties in creation order;
+    tests/test_reliability.py checks this against simpy's own Timeout)."""
+    now = env.now
+    if when < now:
+        raise ValueError(f"timeout_at({when!r}) lies before now = {now!r}")
+    event = simpy.Event(env)
+    event._ok, event._value = True, None  # triggered, as Timeout.__init__ does
+    heapq.heappush(env._queue, (when, simpy.events.NORMAL, next(env._eid), event))
+    return event
 
 
 def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator]) -> Fleet:

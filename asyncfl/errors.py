@@ -24,3 +24,16 @@ class RunDirError(AsyncFLError):
 
 class NumericalFault(AsyncFLError):
     """The model diverged (loss NaN/Inf or above the bound); the message names the step."""
+
+
+class RunInterrupted(Exception):
+    """The run was asked to stop (SIGINT) and stopped between two events, where its state is
+    complete data that a checkpoint can hold. Not an :class:`AsyncFLError`: the CLI exits 130."""
+
+    def __init__(self, step: int, time: float) -> None:
+        self.step, self.time = step, time
+        super().__init__(f"stopped after server step {step} (virtual time {time:g})")
+
+
+class CheckpointError(RunDirError):
+    """A checkpoint cannot be written (state that is not data) or read (corrupted, other format)."""
