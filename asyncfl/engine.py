@@ -42,6 +42,7 @@ from asyncfl.scenario import Scenario
 from asyncfl.tasks.base import Task
 from asyncfl.training import LocalJob
 
+MAX_REJECTED_PER_STEP = 1000  # uploads rejected in a row (no step between) before the run stops
 UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
 
 
@@ -201,6 +202,7 @@ class Simulation:
         # Polled between simpy events (the state is then complete data: no flush in progress);
         # returning True stops the run with RunInterrupted so that the caller can checkpoint.
         self.should_stop: Callable[[], bool] | None = None
+        self._rejected_since_step = 0  # uploads rejected since the last server step (_guard_rejections)
         self._restored: Any = None  # set by checkpoint.load_state: restart in-flight clients instead of start()
 
     # ------------------------------------------------------------------------------------------
@@ -339,9 +341,12 @@ class Simulation:
                 accepted.append((rec, tau, message))
         self.protocol.consumed(entries, accepted)
         self._pending_flush = None
+        self._rejected_since_step += len(entries) - len(accepted)
         if not self.protocol.ready(accepted):
             then()
+            self._guard_rejections()
             return None
+        self._rejected_since_step = 0
 
         updates = [ClientUpdate(rec.client, rec.version, tau, msg) for rec, tau, msg in accepted]
         theta, self.algo_state, info = self.algorithm.server_update(
@@ -394,6 +399,17 @@ class Simulation:
         self.last_metrics = row
         self.sink.on_metrics(row)
         return row
+
+    def _guard_rejections(self) -> None:
+        """A run whose every upload is rejected would never end: stop it with the step."""
+        if self._rejected_since_step >= MAX_REJECTED_PER_STEP:
+            self.finished = True
+            c = self.counters
+            raise NumericalFault(
+                f"no progress at server step {self.version} (virtual time {self.env.now:g}): the last "
+                f"{self._rejected_since_step} uploads were all rejected (so far non-finite: {c.rejected_nonfinite}, "
+                f"norm above run.max_update_norm = {self.scenario.run.max_update_norm}: {c.rejected_norm})"
+            )
 
     def _guard_divergence(self, metrics: dict[str, float]) -> None:
         loss = metrics["loss"]
