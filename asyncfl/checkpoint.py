@@ -69,6 +69,7 @@ SIM_EXCLUDE = {
 COMPONENT_EXCLUDE = {"sim", "task", "scenario", "env", "streams"}
 INFLIGHT_MACHINERY = ("future", "process")
 _PLAIN = (type(None), bool, int, float, str, bytes)
+REQUIRED = ("format", "scenario", "now", "streams", "sim", "fleet", "protocol", "algorithm", "clients", "extra")
 
 
 class NotData(TypeError):
@@ -260,6 +261,9 @@ def read(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not an asyncfl checkpoint")
     if state["format"] != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {state['format']!r}, this asyncfl reads format {CHECKPOINT_FORMAT}")
+    missing = [k for k in REQUIRED if k not in state]
+    if missing or not isinstance(state["sim"], dict) or not isinstance(state["sim"].get("version"), int):
+        raise CheckpointError(f"{path}: incomplete checkpoint (missing {', '.join(missing) or 'sim.version'})")
     return state
 
 
