@@ -87,8 +87,9 @@ def summary_table(summary: dict[str, Any], out: Path) -> Table:
 
 @contextlib.contextmanager
 def graceful_sigint() -> Any:
-    """The first SIGINT asks the run to stop at the next event (then it checkpoints); a second
-    one raises KeyboardInterrupt as usual. Yields the ``should_stop`` callable."""
+    """The first SIGINT (or SIGTERM, as batch schedulers send) asks the run to stop at the next
+    event (then it checkpoints); a second one raises KeyboardInterrupt as usual. Yields the
+    ``should_stop`` callable."""
     requested = [False]
 
     def handler(signum: int, frame: Any) -> None:
@@ -98,14 +99,15 @@ def graceful_sigint() -> Any:
         err_console.print("stopping after the current event to write a checkpoint (Ctrl-C again aborts without one)", markup=False)
 
     try:
-        previous = signal.signal(signal.SIGINT, handler)
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: no signal handling
         yield lambda: False
         return
     try:
         yield lambda: requested[0]
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Callable[..., Any], out: Path) -> int:

@@ -34,7 +34,7 @@ import torch
 from asyncfl import rng as rngmod
 from asyncfl.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.algorithms import Algorithm, PseudoGradient, StepInfo
-from asyncfl.errors import NumericalFault, RunInterrupted
+from asyncfl.errors import NumericalFault, RunInterrupted, SimulationStalled
 from asyncfl.executors import Executor, make_executor
 from asyncfl.population import Fleet
 from asyncfl.rules import make_rule
@@ -287,7 +287,7 @@ class Simulation:
                     if self.should_stop is not None and self.should_stop():
                         raise RunInterrupted(self.steps_done, self.env.now)
                     if self.env.peek() == math.inf:
-                        raise RuntimeError(
+                        raise SimulationStalled(
                             f"the simulation stalled at virtual time {self.env.now:g} with "
                             f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
                         )

@@ -26,6 +26,11 @@ class NumericalFault(AsyncFLError):
     """The model diverged (loss NaN/Inf or above the bound); the message names the step."""
 
 
+class SimulationStalled(AsyncFLError, RuntimeError):
+    """No event is left and no client can be dispatched (e.g. nobody is ever available):
+    a property of the scenario, reported with exit code 2."""
+
+
 class RunInterrupted(Exception):
     """The run was asked to stop (SIGINT) and stopped between two events, where its state is
     complete data that a checkpoint can hold. Not an :class:`AsyncFLError`: the CLI exits 130."""

@@ -26,7 +26,7 @@ from asyncfl import checkpoint, rundir
 from asyncfl import scenario as scenario_mod
 from asyncfl.checkpoint import CHECKPOINT_NAME
 from asyncfl.engine import UPDATE_FIELDS, Simulation, StepEvent
-from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError
+from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.scenario import Scenario
 
 
@@ -106,6 +106,9 @@ async def _drive(
         save_checkpoint(sim, writer)
         finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
         raise
+    except SimulationStalled as exc:
+        finalize(sim, writer, "stalled", {"error": str(exc)})
+        raise
     except RunInterrupted:
         save_checkpoint(sim, writer)
         await sim.aclose()
@@ -175,7 +178,7 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
     except ScenarioError as exc:
         raise RunDirError(f"{path}: its scenario.toml is not valid:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
     state = None
-    if status not in ("completed", "diverged") and (path / CHECKPOINT_NAME).exists():
+    if status not in ("completed", "diverged", "stalled") and (path / CHECKPOINT_NAME).exists():
         state = checkpoint.read(path / CHECKPOINT_NAME)
         if state.get("scenario") != scenario.to_toml():
             raise CheckpointError(f"{path / CHECKPOINT_NAME}: written for another scenario than {toml_path} (edited after the run started?)")
@@ -199,8 +202,8 @@ async def resume_dir(
     plan = inspect_run_dir(path)
     if plan.status == "completed":
         raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
-    if plan.status == "diverged":
-        raise RunDirError(f"{plan.path}: the run diverged (see summary.json); resuming would diverge again. Its last checkpoint is kept for inspection")
+    if plan.status in ("diverged", "stalled"):
+        raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
     kwargs = simulation_kwargs or {}
     _remove_temporaries(plan.path)
     if plan.checkpoint is None:

@@ -51,6 +51,7 @@ CONFIGS = {
     "fedbuff-ma-light": {"server.rule": "ma-light"},
     "fedbuff-adam-fedasync": {"server.rule": "adam", "server.buffer": 1, "server.lr": 0.05},
     "sync-fedavg": {**SYNC},
+    "fedbuff-momentum-threads": {"run.executor": "threads", "run.workers": 2},
 }
 STOPS = (4, 13, 23, 41)  # stop before the k-th simpy event: start-up, mid-buffer, later rounds
 
@@ -254,23 +255,37 @@ def kill_scenario(tmp_path_factory) -> tuple[Path, Path]:
     return path, ref
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_sigkill_at_random_moments_then_resume(seed, kill_scenario, tmp_path):
+    """Seed 0 kills at a random moment from the start (often before the run directory exists);
+    the others at a random moment after the run started writing (between checkpoints, inside a
+    write, before the first checkpoint, ...)."""
     path, ref = kill_scenario
     out = tmp_path / "run"
-    delay = random.Random(seed).uniform(0.3, 4.0)
+    rng = random.Random(seed)
     proc = _cli("run", str(path), "--out", str(out), "--quiet")
+    if seed:  # wait for a random number of rows of updates.csv (of about 130), then a little more
+        rows, deadline = rng.randint(0, 110), time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError):
+                if (out / "updates.csv").read_bytes().count(b"\n") > rows:
+                    break
+            time.sleep(0.001)
     try:
-        proc.wait(timeout=delay)
+        proc.wait(timeout=rng.uniform(0.05, 1.0) if seed == 0 else rng.uniform(0.0, 0.05))
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
+    killed_at = None
     if not (out / "scenario.toml").exists():  # killed before the run directory existed
         assert main(["resume", str(out), "--quiet"]) == 2
         assert main(["run", str(path), "--out", str(out), "--quiet", "--overwrite"]) == 0
     else:
         _assert_files_parse(out)
+        if (out / "checkpoint.pt").exists():
+            killed_at = int(checkpoint.read(out / "checkpoint.pt")["sim"]["version"]) - 1
         assert main(["resume", str(out), "--quiet"]) == 0
+    print(f"seed {seed}: killed {'after checkpoint of step %s' % killed_at if killed_at is not None else 'without a checkpoint'}")
     assert_same_run(ref, out)
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left
 
@@ -618,3 +633,19 @@ def test_a_run_whose_every_update_is_rejected_stops_instead_of_spinning(tmp_path
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "diverged" and summary["updates_rejected_norm"] >= 1000
     assert summary["updates_accepted"] == 0 and (out / "checkpoint.pt").exists()
+
+
+def test_a_stalled_simulation_is_a_clear_error_not_a_traceback(tmp_path):
+    from asyncfl.errors import AsyncFLError, SimulationStalled
+    from asyncfl.population import Fleet
+
+    class NobodyOnline(Fleet):
+        def available(self, client, now):
+            return False
+
+    scenario = make_scenario()
+    sim = Simulation(scenario, fleet_factory=NobodyOnline)
+    with pytest.raises(SimulationStalled, match="stalled at virtual time 0") as info:
+        asyncio.run(run_to_dir(scenario, tmp_path / "run", simulation=sim))
+    assert isinstance(info.value, AsyncFLError)  # the CLI reports it with exit code 2
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "stalled"
