@@ -467,7 +467,7 @@ def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
     from another ``now``, so only an absolute time reproduces the uninterrupted run bit for bit.
     simpy has no public absolute timeout: this is ``Timeout`` with the queue entry's time given
     (simpy's queue holds ``(time, priority, eid, event)``; eids keep ties in creation order;
-    tests/test_reliability.py checks this against simpy's own Timeout)."""
+    tests/test_reliability.py checks the exact times and the order of ties)."""
     now = env.now
     if when < now:
         raise ValueError(f"timeout_at({when!r}) lies before now = {now!r}")
