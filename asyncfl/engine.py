@@ -27,6 +27,7 @@ that goes offline before its upload arrives drops it ("offline", counted in
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ import torch
 from asyncfl import rng as rngmod
 from asyncfl.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.algorithms import Algorithm, PseudoGradient, StepInfo
-from asyncfl.errors import NumericalFault, TraceError
+from asyncfl.errors import NumericalFault, RunInterrupted, SimulationStalled, TraceError
 from asyncfl.executors import Executor, make_executor
 from asyncfl.population import Fleet, build_fleet
 from asyncfl.rules import make_rule
@@ -47,6 +48,7 @@ from asyncfl.scenario import Scenario
 from asyncfl.tasks.base import Task
 from asyncfl.training import LocalJob
 
+MAX_REJECTED_PER_STEP = 1000  # uploads rejected in a row (no step between) before the run stops
 UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason", "dispatch")
 
 
@@ -96,29 +98,22 @@ class Arrival:
     process costs a generator, an ``Initialize`` event and a resume per client, about half of the
     engine's time with zero-cost training). The event order is unchanged: the timeout is
     scheduled at dispatch, in dispatch order, exactly as the process's first ``yield`` did.
-    An infinite ``end`` (a replayed straggler that never arrives) schedules nothing; with
-    ``exact`` the wait is repeated until the clock reaches ``end`` (float round-off), so a drop
-    lands exactly on an availability boundary. ``interrupt()`` cancels it.
+    It fires at exactly ``end`` (:func:`timeout_at`: a resumed run restarts the wait from the
+    checkpoint's clock and must see the same times). An infinite ``end`` (a replayed straggler
+    that never arrives) schedules nothing. ``interrupt()`` cancels it.
     """
 
-    __slots__ = ("cancelled", "env", "end", "exact", "on_arrival")
+    __slots__ = ("cancelled", "on_arrival")
 
-    def __init__(self, env: simpy.Environment, end: float, on_arrival: Callable[[], None], exact: bool = False) -> None:
+    def __init__(self, env: simpy.Environment, end: float, on_arrival: Callable[[], None]) -> None:
         self.cancelled = False
-        self.env, self.end, self.exact, self.on_arrival = env, end, exact, on_arrival
+        self.on_arrival = on_arrival
         if not math.isinf(end):
-            self._wait()
-
-    def _wait(self) -> None:
-        self.env.timeout(self.end - self.env.now).callbacks.append(self._fire)
+            timeout_at(env, end).callbacks.append(self._fire)
 
     def _fire(self, _event: Any) -> None:
-        if self.cancelled:
-            return
-        if self.exact and self.env.now < self.end:
-            self._wait()
-            return
-        self.on_arrival()
+        if not self.cancelled:
+            self.on_arrival()
 
     def interrupt(self) -> None:
         self.cancelled = True
@@ -256,6 +251,12 @@ class Simulation:
         self._wall_start = 0.0
         self.finished = False
         self.last_metrics: dict[str, float] = {}
+        # --- checkpoint / resume (asyncfl.checkpoint) ----------------------------------------
+        # Polled between simpy events (the state is then complete data: no flush in progress);
+        # returning True stops the run with RunInterrupted so that the caller can checkpoint.
+        self.should_stop: Callable[[], bool] | None = None
+        self._rejected_since_step = 0  # uploads rejected since the last server step (_guard_rejections)
+        self._restored: Any = None  # set by checkpoint.load_state: restart in-flight clients instead of start()
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -284,8 +285,12 @@ class Simulation:
         )
         self.in_flight[rec.seq] = rec
         self.counters.dispatched += 1
-        rec.process = Arrival(self.env, rec.end_time, lambda: self._client_life(rec), exact=rec.goes_offline)
+        self.launch(rec)
         return rec
+
+    def launch(self, rec: InFlight) -> None:
+        """Put a dispatched (or restored) client's end of job on the clock."""
+        rec.process = Arrival(self.env, rec.end_time, lambda: self._client_life(rec))
 
     def _client_life(self, rec: InFlight) -> None:
         """The end of a client's job: its upload at ``arrival_time``, or the drop of its update
@@ -324,6 +329,11 @@ class Simulation:
         self._wall_start = time.perf_counter()
         if self.scenario.run.torch_threads:
             torch.set_num_threads(self.scenario.run.torch_threads)
+        if self._restored is not None:  # resumed from a checkpoint: its clients are already chosen
+            from asyncfl.checkpoint import restart
+
+            restart(self)
+            return
         self._evaluate()
         self.protocol.start()
 
@@ -334,11 +344,13 @@ class Simulation:
         try:
             while self.steps_done < self.total_steps:
                 while self._pending_flush is None:
+                    if self.should_stop is not None and self.should_stop():
+                        raise RunInterrupted(self.steps_done, self.env.now)
                     if self.env.peek() == math.inf:
                         reason = self.fleet.explain_stall(self.env.now, self.steps_done, self.total_steps)
                         if reason is not None:
                             raise TraceError(reason)
-                        raise RuntimeError(
+                        raise SimulationStalled(
                             f"the simulation stalled at virtual time {self.env.now:g} with "
                             f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
                         )
@@ -355,6 +367,10 @@ class Simulation:
         async for _ in self.events():
             pass
         return self.summary()
+
+    async def aclose(self) -> None:
+        """Cancel the jobs still running and close the executor (a stopped run)."""
+        await self._drain()
 
     async def _drain(self) -> None:
         for rec in self.in_flight.values():
@@ -393,9 +409,12 @@ class Simulation:
                 accepted.append((rec, tau, message))
         self.protocol.consumed(entries, accepted)
         self._pending_flush = None
+        self._rejected_since_step += len(entries) - len(accepted)
         if not self.protocol.ready(accepted):
             then()
+            self._guard_rejections()
             return None
+        self._rejected_since_step = 0
 
         updates = [ClientUpdate(rec.client, rec.version, tau, msg) for rec, tau, msg in accepted]
         theta, self.algo_state, info = self.algorithm.server_update(
@@ -449,6 +468,17 @@ class Simulation:
         self.last_metrics = row
         self.sink.on_metrics(row)
         return row
+
+    def _guard_rejections(self) -> None:
+        """A run whose every upload is rejected would never end: stop it with the step."""
+        if self._rejected_since_step >= MAX_REJECTED_PER_STEP:
+            self.finished = True
+            c = self.counters
+            raise NumericalFault(
+                f"no progress at server step {self.version} (virtual time {self.env.now:g}): the last "
+                f"{self._rejected_since_step} uploads were all rejected (so far non-finite: {c.rejected_nonfinite}, "
+                f"norm above run.max_update_norm = {self.scenario.run.max_update_norm}: {c.rejected_norm})"
+            )
 
     def _guard_divergence(self, metrics: dict[str, float]) -> None:
         loss = metrics["loss"]
@@ -520,6 +550,22 @@ def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
     return out
 
 
+def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
+    """A timeout that fires at exactly ``when``. ``env.timeout(when − now)`` fires at
+    ``now + (when − now)``, which rounding can move by an ulp — and a resumed run restarts the wait
+    from another ``now``, so only an absolute time reproduces the uninterrupted run bit for bit.
+    simpy has no public absolute timeout: this is ``Timeout`` with the queue entry's time given
+    (simpy's queue holds ``(time, priority, eid, event)``; eids keep ties in creation order;
+    tests/test_reliability.py checks the exact times and the order of ties)."""
+    now = env.now
+    if when < now:
+        raise ValueError(f"timeout_at({when!r}) lies before now = {now!r}")
+    event = simpy.Event(env)
+    event._ok, event._value = True, None  # triggered, as Timeout.__init__ does
+    heapq.heappush(env._queue, (when, simpy.events.NORMAL, next(env._eid), event))
+    return event
+
+
 def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator], task: Task | None = None) -> Fleet:
     """The scenario's fleet (distributions, FedScale profiles or a replayed trace; availability)."""
     return build_fleet(scenario, streams, task)
@@ -528,12 +574,14 @@ def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator], task
 class Waiter:
     """Waits on the virtual clock until a client comes online (``Fleet.next_online``), then
     calls ``retry``. At most one wait is pending; none when nothing will ever come online (the
-    run then stalls and the fleet explains why)."""
+    run then stalls and the fleet explains why). Its state (``pending``, ``when``) is data, and a
+    checkpoint restores the pending wake-up."""
 
     def __init__(self, sim: Simulation, retry: Callable[[], None]) -> None:
         self.sim = sim
         self.retry = retry
         self.pending = False
+        self.when = math.inf
 
     def wait(self) -> None:
         if self.pending:
@@ -541,16 +589,24 @@ class Waiter:
         when = self.sim.fleet.next_online(self.sim.env.now)
         if math.isinf(when):
             return
-        self.pending = True
-        self.sim.env.process(self._sleep(when))
+        self.pending, self.when = True, when
+        self._schedule()
 
-    def _sleep(self, when: float):
-        env = self.sim.env
-        while env.now < when:  # two timeouts at most: the second lands exactly on `when`
-            yield env.timeout(when - env.now)
+    def _schedule(self) -> None:
+        timeout_at(self.sim.env, self.when).callbacks.append(self._wake)
+
+    def _wake(self, _event: Any) -> None:
         self.pending = False
         if not self.sim.finished:
             self.retry()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": self.pending, "when": self.when}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pending, self.when = bool(state["pending"]), float(state["when"])
+        if self.pending:
+            self._schedule()
 
 
 class FedBuffProtocol:
