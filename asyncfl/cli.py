@@ -189,7 +189,7 @@ def register_core(sub: Any) -> None:
 
 
 # Other subcommands live next to their feature; each module has ``register(subparsers)``.
-COMMAND_MODULES: list[str] = ["asyncfl.run_bias", "asyncfl.library", "asyncfl.plots"]
+COMMAND_MODULES: list[str] = ["asyncfl.run_bias", "asyncfl.library", "asyncfl.plots", "asyncfl.privacy_cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:
