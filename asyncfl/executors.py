@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures as cf
+import copy
+import dataclasses
 import itertools
 import multiprocessing as mp
 import pickle
@@ -99,15 +101,30 @@ class BatchedExecutor:
 
 
 class ThreadExecutor:
-    """Trains in a thread pool as soon as the job is dispatched (torch releases the GIL)."""
+    """Trains in a thread pool as soon as the job is dispatched (torch releases the GIL).
+
+    Every worker thread trains on its own copy of the model: ``torch.func.functional_call``
+    swaps the module's parameters in place while it runs, so two threads (or a thread and the
+    evaluation in the event loop) sharing one module would compute with each other's weights.
+    """
 
     def __init__(self, task: Task, client: ClientConfig, workers: int) -> None:
         self.task, self.client = task, client
         self.pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="asyncfl-train")
+        self._local = threading.local()
+
+    def _thread_task(self) -> Task:
+        task = getattr(self._local, "task", None)
+        if task is None:
+            task = self._local.task = dataclasses.replace(self.task, model=copy.deepcopy(self.task.model))
+        return task
+
+    def _train(self, job: LocalJob) -> torch.Tensor:
+        return local_train(self._thread_task(), self.client, job)
 
     def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self.pool, local_train, self.task, self.client, job)
+        return loop.run_in_executor(self.pool, self._train, job)
 
     async def aclose(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
