@@ -120,7 +120,7 @@ def register_core(sub: Any) -> None:
 
 
 # Other subcommands live next to their feature; each module has ``register(subparsers)``.
-COMMAND_MODULES: list[str] = ["asyncfl.run_bias"]
+COMMAND_MODULES: list[str] = ["asyncfl.run_bias", "asyncfl.study_cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:
