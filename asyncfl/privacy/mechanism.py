@@ -1,0 +1,156 @@
+"""The Gaussian mechanism on staleness-tagged payloads, as pure functions (DESIGN.md §5).
+
+Client side (pfl's ``postprocess_one_user``): client ``k`` with staleness ``τ_k`` sends::
+
+    y_k = w(τ_k)·clip(Δ_k, S_Δ) ⊕ γ·onehot_L(τ_k),     ‖y_k‖ ≤ S = √(S_Δ² + γ²)
+
+Server side (``postprocess_server``): it sees only ``Σ_k y_k + N(0, σ² S² I)`` and decodes
+``r_t = (first d coordinates)/C`` and ``ĉ_τ = (last L coordinates)/γ``. The count noise has
+std ``ξ = σS/γ`` (seed eq. 17); choosing ``ξ > σ`` fixes ``γ = σ S_Δ / √(ξ² − σ²)``.
+Everything after the noisy sum — decoding and :func:`postprocess_counts` — is post-processing
+and costs no privacy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+
+from asyncfl.errors import NumericalFault, ScenarioError
+
+CountsMode = Literal["raw", "clamp", "project", "simplex"]
+
+
+def clip(delta: torch.Tensor, S: float) -> torch.Tensor:
+    """``clip(Δ, S) = Δ · min(1, S/‖Δ‖₂)``: a copy of ``Δ`` scaled to L2 norm at most ``S``.
+
+    The norm is computed in float64 after dividing by ``max|Δ|`` (no overflow for huge ``Δ``,
+    no underflow for tiny ones), and the result is shrunk by a few ulps if rounding left it a
+    hair above ``S``, so ``‖clip(Δ, S)‖ ≤ S`` holds exactly as computed in float64. A
+    non-finite ``Δ`` raises :class:`NumericalFault` (it cannot be given a bounded norm)."""
+    if S <= 0 or not math.isfinite(S):
+        raise ValueError(f"clip norm S = {S!r}: must be positive and finite")
+    x = delta.detach()
+    if not bool(torch.isfinite(x).all()):
+        raise NumericalFault("a client update has non-finite entries; it cannot be clipped")
+    x64 = x.to(torch.float64)
+    peak = float(x64.abs().max()) if x64.numel() else 0.0
+    if peak == 0.0:
+        return x.clone()
+    norm = peak * float(torch.linalg.vector_norm(x64 / peak))
+    if norm <= S:
+        return x.clone()
+    factor = S / norm
+    for _ in range(16):  # rounding (also of the cast back to Δ's dtype): shrink by a few ulps
+        out = (x64 * factor).to(x.dtype)
+        n = float(torch.linalg.vector_norm(out.to(torch.float64)))
+        if n <= S:
+            return out
+        factor *= (S / n) * (1.0 - 4.0 * float(torch.finfo(x.dtype).eps))
+    return torch.zeros_like(x)  # unreachable in practice; zero is always within the bound
+
+
+def sensitivity(clip: float, gamma: float) -> float:
+    """L2 sensitivity of one payload: ``S = √(S_Δ² + γ²)``."""
+    return math.hypot(clip, gamma)
+
+
+def payload(delta: torch.Tensor, tau: int, weight: float, clip: float, gamma: float, L: int) -> torch.Tensor:
+    """``y = w(τ)·clip(Δ, S_Δ) ⊕ γ·onehot_L(τ)`` (flattened, float64, length ``d + L``).
+
+    ``weight = w(τ) = (τ+1)^(−p)`` must lie in ``[0, 1]`` so that ``‖y‖ ≤ S``. Built in float64
+    so the sensitivity bound is not undone by float32 rounding of ``γ``."""
+    if not 0 <= tau < L:
+        raise ValueError(f"staleness τ = {tau}: the one-hot payload has length L = {L} (0 ≤ τ < L)")
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"staleness weight w(τ) = {weight!r}: must lie in [0, 1] for ‖y‖ ≤ S")
+    head = _clip_fn(delta, clip).reshape(-1).to(torch.float64) * float(weight)
+    tail = torch.zeros(L, dtype=torch.float64, device=head.device)
+    tail[tau] = gamma
+    return torch.cat([head, tail])
+
+
+_clip_fn = clip  # `payload`'s parameter named `clip` shadows the function
+
+
+def decode(noisy_sum: torch.Tensor, d: int, L: int, C: int, gamma: float) -> tuple[torch.Tensor, np.ndarray]:
+    """``r = noisy_sum[:d] / C`` and ``ĉ_τ = noisy_sum[d:d+L] / γ`` (raw, possibly negative)."""
+    if noisy_sum.numel() != d + L:
+        raise ValueError(f"noisy sum has {noisy_sum.numel()} coordinates, expected d + L = {d + L}")
+    flat = noisy_sum.reshape(-1)
+    r = flat[:d] / C
+    c_hat = (flat[d:] / gamma).detach().cpu().to(torch.float64).numpy().copy()
+    return r, c_hat
+
+
+def project_simplex(c_hat: np.ndarray, C: float) -> np.ndarray:
+    """Euclidean projection of a row onto ``{c ≥ 0, Σ c = C}`` (sort-based, Duchi et al. 2008).
+
+    Because the true counts lie in that set and projection onto a convex set is
+    non-expansive, ``‖proj(ĉ) − c‖ ≤ ‖ĉ − c‖`` for every noise draw."""
+    v = np.asarray(c_hat, dtype=np.float64)
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - C
+    idx = np.arange(1, v.size + 1)
+    rho = np.nonzero(u - css / idx > 0)[0][-1]
+    theta = css[rho] / (rho + 1.0)
+    return np.maximum(v - theta, 0.0)
+
+
+def postprocess_counts(c_hat: np.ndarray, C: int, mode: CountsMode = "project") -> np.ndarray:
+    """Post-process one row of noisy counts ``ĉ_τ`` (free under DP, DESIGN §5).
+
+    * ``'raw'``: unchanged (unbiased, may be negative and need not sum to ``C``).
+    * ``'clamp'``: ``max(ĉ_τ, 0)``.
+    * ``'project'``: clamp, then rescale the row to sum ``C`` (every step consumes exactly
+      ``C`` updates). If nothing is left after clamping, the row is spread uniformly,
+      ``C/L`` per staleness: with no information, the centroid of the feasible set
+      ``{c ≥ 0, Σc = C}`` has the smallest worst-case L2 error, whereas putting all ``C`` on
+      ``τ = 0`` would assert "no staleness" and switch off the correction MA exists for.
+    * ``'simplex'``: Euclidean projection onto ``{c ≥ 0, Σc = C}`` (:func:`project_simplex`);
+      never increases the L2 error. Offered for comparison (``analysis/privacy_counts_eval.py``).
+    """
+    c_hat = np.asarray(c_hat, dtype=np.float64)
+    if mode == "raw":
+        return c_hat.copy()
+    if mode == "clamp":
+        return np.maximum(c_hat, 0.0)
+    if mode == "project":
+        c = np.maximum(c_hat, 0.0)
+        total = c.sum()
+        if total <= 0.0:
+            return np.full_like(c, C / c.size)
+        return c / total * C  # divide first: no overflow when total is subnormal
+    if mode == "simplex":
+        return project_simplex(c_hat, C)
+    raise ScenarioError([f"privacy.counts = {mode!r}: must be 'raw', 'clamp' or 'project'"])
+
+
+def gamma_from_xi(sigma: float, clip: float, xi: float) -> float:
+    """``γ = σ S_Δ / √(ξ² − σ²)`` (DESIGN §5); requires ``ξ > σ``."""
+    if not xi > sigma:
+        raise ScenarioError([f"privacy.xi = {xi}: must exceed the noise multiplier σ = {sigma:.6g} (the count noise ξ = σS/γ > σ for every γ)"])
+    return sigma * clip / math.sqrt((xi - sigma) * (xi + sigma))
+
+
+def xi_from_gamma(sigma: float, clip: float, gamma: float) -> float:
+    """``ξ = σ S / γ`` with ``S = √(S_Δ² + γ²)``: std of the noise on ``ĉ_τ`` (seed eq. 17)."""
+    if not gamma > 0:
+        raise ScenarioError([f"privacy.gamma = {gamma}: must be positive"])
+    return sigma * sensitivity(clip, gamma) / gamma
+
+
+def update_noise_std(sigma: float, clip: float, xi: float, C: int) -> float:
+    """Std of the noise on each coordinate of ``r_t``: ``σS/C = σ S_Δ ξ / (C √(ξ² − σ²))``."""
+    if not xi > sigma:
+        raise ScenarioError([f"privacy.xi = {xi}: must exceed the noise multiplier σ = {sigma:.6g}"])
+    return sigma * clip * xi / (C * math.sqrt((xi - sigma) * (xi + sigma)))
+
+
+def count_noise_std(xi: float, C: int) -> float:
+    """Std of the noise on each entry ``ĉ_τ / C`` of the decoded row of ``W`` (before the
+    ``(τ+1)^(−p)`` factor): ``ξ / C``."""
+    return xi / C
