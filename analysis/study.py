@@ -111,7 +111,7 @@ class PrivacyEntry(_Section):
 
     epsilon: Annotated[float, Field(gt=0, le=1e4)] = 2.0
     delta: Annotated[float, Field(gt=0, lt=1)] = 1e-6
-    clip: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    clip: Annotated[float, Field(gt=0, le=1e6)] | None = None  # None: the task scenario's privacy.clip
     xi: Annotated[float, Field(gt=0, le=1e6)] | None = None
     gamma: Annotated[float, Field(gt=0, le=1e6)] | None = None
     accountant: Literal["pld", "rdp"] = "pld"
@@ -119,10 +119,13 @@ class PrivacyEntry(_Section):
 
 
 class TuningEntry(_Section):
-    """Learning-rate tuning budget: one seed, ``steps`` server steps (default: the study's)."""
+    """Learning-rate tuning budget: one seed, ``steps`` server steps (default: the study's).
+    ``dp = "reuse-nodp"`` gives every DP run the learning rate tuned without DP for the same
+    task/K/method (saves the DP tuning runs; needs ``false`` in the study's ``dp``)."""
 
     steps: PosInt | None = None
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    dp: Literal["tune", "reuse-nodp"] = "tune"
 
 
 class LrGrid(_Section):
@@ -240,6 +243,8 @@ class Study:
         for method in spec.methods:
             if self.spec.lr_grid.of(method) is None:
                 problems.append(f"lr_grid.{method}: required for every method in methods (a list of server learning rates)")
+        if spec.tuning.dp == "reuse-nodp" and True in spec.dp and False not in spec.dp:
+            problems.append("tuning.dp = 'reuse-nodp': needs false in dp (the runs whose learning rates are reused)")
         if True in spec.dp:
             try:
                 import asyncfl.privacy  # noqa: F401
@@ -297,10 +302,12 @@ class Study:
             return {"privacy.enabled": False}
         p = self.spec.privacy
         out: dict[str, Any] = {
-            "privacy.enabled": True, "privacy.delta": p.delta, "privacy.clip": p.clip, "privacy.accountant": p.accountant,
+            "privacy.enabled": True, "privacy.delta": p.delta, "privacy.accountant": p.accountant,
             "privacy.counts": p.counts, "privacy.xi": p.xi, "privacy.gamma": p.gamma,
             "privacy.epsilon": p.epsilon, "privacy.noise_multiplier": None,
         }
+        if p.clip is not None:
+            out["privacy.clip"] = p.clip
         if point.steps != self.spec.steps:
             # A shorter tuning run must see the noise of the full run: σ calibrated for the
             # study's ``steps`` (the accountant composes over the run's own steps otherwise).
@@ -432,10 +439,12 @@ def plan_tuning(study: Study) -> list[tuple[tuple[str, bool, int, str], list[Poi
     spec = study.spec
     groups = []
     for task in spec.tasks:
-        for dp in spec.dp:
+        for dp in sorted(spec.dp):  # no-DP first: tuning.dp = "reuse-nodp" reads its choices
             for method in spec.methods:
                 for K in study.concurrencies(method):
                     grid = spec.lr_grid.of(method) or []
+                    if dp and spec.tuning.dp == "reuse-nodp":
+                        grid = []  # takes the no-DP choice (run_study)
                     points = [Point(task.name, method, K, spec.tuning.seed, dp, lr, spec.tuning_steps) for lr in grid]
                     groups.append(((task.name, dp, K, method), points))
     return groups
@@ -463,6 +472,9 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
 
     tuning_rows, chosen = [], {}
     for key, points in groups:
+        if not points:
+            chosen[key] = chosen[(key[0], False, key[2], key[3])]
+            continue
         best, best_score = points[0], -math.inf
         scored = []
         for point in points if len(points) > 1 else []:

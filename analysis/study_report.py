@@ -247,7 +247,10 @@ def write_report(study: Study, out: Path, rows: list[dict[str, Any]], tuning_row
         L.append(f"  * {METHOD_LABELS[method]}: {spec.lr_grid.of(method)}")
     if True in spec.dp:
         p = spec.privacy
-        L.append(f"* DP runs: ε = {p.epsilon}, δ = {p.delta}, clip S_Δ = {p.clip}, "
+        clip = p.clip if p.clip is not None else "per task (below)"
+        if spec.tuning.dp == "reuse-nodp":
+            L.append("* DP runs use the server lr tuned without DP for the same task/K/method (`tuning.dp = \"reuse-nodp\"`).")
+        L.append(f"* DP runs: ε = {p.epsilon}, δ = {p.delta}, clip S_Δ = {clip}, "
                  f"{'ξ = %g' % p.xi if p.xi is not None else 'γ = %g' % p.gamma}, accountant {p.accountant}, counts `{p.counts}`.")
         line = _privacy_line(out, rows)
         if line:
@@ -258,7 +261,8 @@ def write_report(study: Study, out: Path, rows: list[dict[str, Any]], tuning_row
         L.append(f"  * `{t.name}`: {sc.task.model_dump(exclude_none=True)}, N = {sc.population.clients} clients, "
                  f"latency {sc.latency.model_dump()}, local {sc.client.local_steps or sc.client.epochs} "
                  f"{'steps' if sc.client.local_steps else 'epochs'} lr {sc.client.lr} batch {sc.client.batch_size}, "
-                 f"p = {sc.server.staleness_exponent}, τ_max = {sc.server.max_staleness}, β = {sc.server.beta} — target {t.target_accuracy}")
+                 f"p = {sc.server.staleness_exponent}, τ_max = {sc.server.max_staleness}, β = {sc.server.beta}"
+                 f"{', DP clip S_Δ = %g' % (spec.privacy.clip or sc.privacy.clip) if True in spec.dp else ''} — target {t.target_accuracy}")
     L.append("")
 
     lines, exact = speedup_table(study, rows)
