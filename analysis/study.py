@@ -150,6 +150,7 @@ class StudySpec(_Section):
     k_multiples: Annotated[list[PosInt], Field(min_length=1, max_length=20)]  # K = m·C
     seeds: Annotated[list[Annotated[int, Field(ge=0, lt=2**63)]], Field(min_length=1, max_length=100)]
     dp: Annotated[list[bool], Field(min_length=1, max_length=2)] = [False]
+    dp_seeds: Annotated[list[Annotated[int, Field(ge=0, lt=2**63)]], Field(min_length=1, max_length=100)] | None = None
     steps: PosInt
     eval_every: PosInt = 5
     methods: Annotated[list[MethodName], Field(min_length=1)] = list(ALL_METHODS)
@@ -159,6 +160,10 @@ class StudySpec(_Section):
     tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=50)]
     privacy: PrivacyEntry = PrivacyEntry()
     tuning: TuningEntry = TuningEntry()
+
+    def seeds_of(self, dp: bool) -> list[int]:
+        """The seeds of the DP (``dp_seeds``, default ``seeds``) or no-DP runs."""
+        return list(self.dp_seeds) if dp and self.dp_seeds is not None else list(self.seeds)
 
     @property
     def tuning_steps(self) -> int:
@@ -460,7 +465,7 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
     spec = study.spec
     groups = plan_tuning(study)
     n_tune = sum(len(points) if len(points) > 1 else 0 for _, points in groups)
-    n_main = len(groups) * len(spec.seeds)
+    n_main = sum(len(spec.seeds_of(key[1])) for key, _ in groups)
     if total_hook is not None:
         total_hook(n_tune + n_main)
 
@@ -496,7 +501,7 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
     for key, points in groups:
         task, dp, K, method = key
         target = study.tasks[task].target_accuracy
-        for seed in spec.seeds:
+        for seed in spec.seeds_of(dp):
             point = Point(task, method, K, seed, dp, chosen[key], spec.steps)
             status = run(point)
             run_dir = out / point.rel_dir()

@@ -144,7 +144,7 @@ def plot_curves(study: Study, out: Path, rows: list[dict[str, Any]], task: str, 
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle(f"{task}, {'DP (ε = %g, δ = %g)' % (spec.privacy.epsilon, spec.privacy.delta) if dp else 'no DP'}: "
-                 f"mean over {len(spec.seeds)} seed(s), band = min–max", fontsize=10)
+                 f"mean over {len(spec.seeds_of(bool(dp)))} seed(s), band = min–max", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 0.97))
     name = f"curves_{task}_{'dp' if dp else 'nodp'}.png"
     fig.savefig(out / name, dpi=70)
@@ -239,7 +239,7 @@ def write_report(study: Study, out: Path, rows: list[dict[str, Any]], tuning_row
           f"* buffer C = {spec.buffer}; concurrency K ∈ {{{', '.join(f'{m}C' for m in spec.k_multiples)}}} = "
           f"{{{', '.join(str(m * spec.buffer) for m in spec.k_multiples)}}}; sync FedAvg + momentum uses cohort C.",
           f"* {spec.steps} server steps per run, evaluation every {spec.eval_every} steps (so steps-to-target has that resolution); "
-          f"seeds {spec.seeds} (the seed also draws the task's data split and initial model).",
+          f"seeds {spec.seeds}{' (DP runs: %s)' % spec.dp_seeds if spec.dp_seeds is not None and True in spec.dp else ''} (the seed also draws the task's data split and initial model).",
           f"* methods: {', '.join(METHOD_LABELS[m] for m in spec.methods)}; MA targets `{spec.ma_target}`.",
           f"* server-lr tuning: seed {spec.tuning.seed}, {spec.tuning_steps} steps, per task × DP × K × method; "
           "criterion = mean test accuracy over the run's evaluations (area under the accuracy curve); grids:"]
@@ -307,7 +307,7 @@ def write_report(study: Study, out: Path, rows: list[dict[str, Any]], tuning_row
         for dp in spec.dp:
             for m in spec.k_multiples:
                 K = m * spec.buffer
-                for seed in spec.seeds:
+                for seed in spec.seeds_of(dp):
                     cells = []
                     for method in spec.methods:
                         if method == "sync-momentum":

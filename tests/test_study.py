@@ -94,6 +94,8 @@ def _spec_with(tmp_path: Path, edit) -> Path:
     (lambda r: r.update(k_multiples=[1, 20]), "server.concurrency", "at most population.clients"),
     (lambda r: r["tasks"][0]["overrides"].update({"task.modle": "mlp"}), "task.modle", "did you mean 'model'"),
     (lambda r: r["tasks"][0].update(scenario="nope.toml"), "tasks[0] (synthetic).scenario", "no such scenario file"),
+    (lambda r: (r.update(dp=[True]), r["tuning"].update(dp="reuse-nodp")), "tuning.dp", "needs false in dp"),
+    (lambda r: r.update(privacy={"epsilon": 2.0, "xi": 3.0, "gama": 1.0}), "privacy.gama", "did you mean 'gamma'"),
 ])
 def test_bad_spec_exits_2_naming_the_field(tmp_path, capsys, edit, field, phrase):
     spec = _spec_with(tmp_path, edit)
@@ -114,3 +116,20 @@ def test_speedup_bounds_when_a_side_misses_the_target():
     assert speedup(reach_summary([row(nan), row(60.0)], T), ma)[1] == "≥ 3.20×"
     assert speedup(base, reach_summary([row(nan), row(50.0)], T))[1] == "≤ 0.67×"
     assert speedup(reach_summary([row(nan)], T), reach_summary([row(nan)], T))[1].startswith("n/a")
+
+
+def test_dp_scenarios_carry_the_spec_privacy_and_short_tuning_runs_keep_the_full_runs_noise():
+    from asyncfl.privacy import calibrate_sigma
+
+    raw = tomllib.loads(SMALL.read_text())
+    raw.update(dp=[False, True], privacy={"epsilon": 2.0, "delta": 1e-6, "xi": 5.0, "clip": 0.5}, tuning={"steps": 10})
+    study = study_mod.study_from_raw(raw)
+    full = study.scenario(study_mod.Point("synthetic", "fedbuff-ma-light", 15, 0, True, 0.1, raw["steps"]))
+    assert full.privacy.enabled and full.privacy.epsilon == 2.0 and full.privacy.noise_multiplier is None
+    assert (full.privacy.xi, full.privacy.clip, full.privacy.delta) == (5.0, 0.5, 1e-6)
+    short = study.scenario(study_mod.Point("synthetic", "fedbuff-ma-light", 15, 0, True, 0.1, 10))
+    assert short.privacy.epsilon is None
+    sigma = calibrate_sigma(2.0, 1e-6, raw["buffer"] / raw["defaults"]["population.clients"], raw["steps"], "pld")
+    assert short.privacy.noise_multiplier == pytest.approx(sigma, rel=1e-9)
+    nodp = study.scenario(study_mod.Point("synthetic", "sync-momentum", 3, 0, False, 0.1, 20))
+    assert not nodp.privacy.enabled and nodp.server.protocol == "sync" and nodp.server.cohort == raw["buffer"]
