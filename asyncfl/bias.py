@@ -61,7 +61,8 @@ def bias_report(
     Returns ``none``, ``momentum``, ``ma_full``, ``ma_light`` (overall relative Frobenius bias;
     ``none`` is ``‖W − I‖_F / ‖I‖_F``), ``amplification`` (same keys, ``‖A‖_F/‖M‖_F``; ``none``
     uses ``A = I``), ``per_row`` (same keys, lists of :func:`asyncfl.ma.row_bias`) and
-    ``a_light`` (the ``[u_t, v_t]`` pairs used — given or computed).
+    ``a_light`` (the ``[u_t, v_t]`` pairs used — given or computed; for a Nesterov target they fit
+    the heavy-ball buffer and ``A_light = I + β Ã``, :func:`asyncfl.ma.light_matrix_from_uv`).
     """
     W = weight_matrix(by_staleness, exponent, buffer)
     T = W.shape[0]
@@ -71,7 +72,7 @@ def bias_report(
         A_light, uv = light_recursion(W, kind, beta)
     else:
         uv = np.asarray(used_light, dtype=np.float64).reshape(-1, 2)
-        A_light = light_matrix_from_uv(uv)
+        A_light = light_matrix_from_uv(uv, kind, beta)
     A_full = coefficient_matrix_full(W, kind, beta, ridge, window) if used_full is None else _matrix_from_rows(used_full, T)
     cases = {"none": (I, I), "momentum": (M, M), "ma_full": (A_full, M), "ma_light": (A_light, M)}
     report: dict[str, Any] = {name: relative_bias(A, W, target) for name, (A, target) in cases.items()}

@@ -131,7 +131,7 @@ def default_algorithm(scenario: Scenario, task: Task, aggregator: Aggregator | N
 
         return make_algorithm(scenario, task)
     if aggregator is None:
-        aggregator = make_aggregator(scenario, task)
+        aggregator = ExactAggregator(server.buffer, server.staleness_exponent, num_staleness(scenario))
     return PseudoGradient(aggregator, make_rule(server), server.lr, scenario.client.mu)
 
 
@@ -143,13 +143,15 @@ def num_staleness(scenario: Scenario) -> int | None:
     return None if ms is None else ms + 1
 
 
-def make_aggregator(scenario: Scenario, task: Task) -> Aggregator:
-    if scenario.privacy.enabled:
-        from asyncfl.privacy import build_privacy
+def make_private_aggregator(scenario: Scenario) -> tuple[Any, Aggregator]:
+    """``(PrivacySetup, PrivateAggregator)`` of a ``[privacy]`` run (σ calibrated here)."""
+    from asyncfl.privacy import build_privacy
 
-        _, aggregator = build_privacy(scenario, task.dim)
-        return aggregator
-    return ExactAggregator(scenario.server.buffer, scenario.server.staleness_exponent, num_staleness(scenario))
+    server = scenario.server
+    return build_privacy(
+        scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,
+        server.max_staleness if server.protocol == "fedbuff" else 0, server.staleness_exponent,
+    )
 
 
 class Simulation:
@@ -174,7 +176,10 @@ class Simulation:
         self.task = task
         self.sink = sink if sink is not None else Sink()
         self._executor = executor
-        self.algorithm = algorithm if algorithm is not None else default_algorithm(scenario, self.task)
+        self.privacy_setup, aggregator = (
+            make_private_aggregator(scenario) if scenario.privacy.enabled else (None, None)
+        )
+        self.algorithm = algorithm if algorithm is not None else default_algorithm(scenario, self.task, aggregator)
         self.streams = rngmod.make_streams(scenario.seed)
         self.fleet = (fleet_factory or make_fleet)(scenario, self.streams)
         self.env = simpy.Environment()
@@ -413,7 +418,17 @@ class Simulation:
             "clients_dispatched": c.dispatched,
             "updates_per_second": c.accepted / wall if wall > 0 else math.nan,
             "final": {k: v for k, v in self.last_metrics.items() if k not in ("wall_time",)},
+            **({"privacy": self.privacy_summary()} if self.privacy_setup is not None else {}),
         }
+
+    def privacy_summary(self) -> dict[str, Any]:
+        """``sigma``, ``gamma``, ``xi``, ``epsilon_spent`` (for the σ used), ``delta``,
+        ``accountant`` (DESIGN §5); computed once."""
+        if not hasattr(self, "_privacy_summary"):
+            from asyncfl.privacy import summary
+
+            self._privacy_summary = summary(self.privacy_setup)
+        return self._privacy_summary
 
 
 def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -450,7 +450,7 @@ def _cross_check(sc: Scenario) -> Scenario:
             errors.append(f"privacy.epsilon = {p.epsilon}: must be at most 1e4")
         if p.noise_multiplier is not None and p.xi is not None and p.xi <= p.noise_multiplier:
             errors.append(f"privacy.xi = {p.xi}: must exceed the noise multiplier σ = {p.noise_multiplier}")
-        if server.max_staleness is None:
+        if server.max_staleness is None and server.protocol == "fedbuff":
             errors.append("server.max_staleness: must be set when privacy is enabled (the one-hot staleness payload has length max_staleness + 1)")
 
     if errors:
