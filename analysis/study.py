@@ -155,6 +155,9 @@ class StudySpec(_Section):
     eval_every: PosInt = 5
     methods: Annotated[list[MethodName], Field(min_length=1)] = list(ALL_METHODS)
     ma_target: Literal["momentum", "nesterov"] = "momentum"
+    # the report adds a speed-up table at this fraction of every task's target (read from the
+    # same runs' curves; results.csv keeps the main target)
+    secondary_target_fraction: Annotated[float, Field(gt=0, lt=1)] | None = None
     lr_grid: LrGrid
     defaults: dict[str, Any] = {}
     tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=50)]

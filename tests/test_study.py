@@ -116,6 +116,7 @@ def test_speedup_bounds_when_a_side_misses_the_target():
     assert speedup(reach_summary([row(nan), row(60.0)], T), ma)[1] == "≥ 3.20×"
     assert speedup(base, reach_summary([row(nan), row(50.0)], T))[1] == "≤ 0.67×"
     assert speedup(reach_summary([row(nan)], T), reach_summary([row(nan)], T))[1].startswith("n/a")
+    assert speedup(reach_summary([row(nan), row(nan)], T), reach_summary([row(nan), row(50.0)], T))[1] == "~1.33× (censored)"
 
 
 def test_dp_scenarios_carry_the_spec_privacy_and_short_tuning_runs_keep_the_full_runs_noise():
