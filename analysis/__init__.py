@@ -1,2 +1,1 @@
-"""Studies built on the asyncfl library (DESIGN.md §2: ``analysis/`` holds the studies that use
-the library and write figures and tables)."""
+"""Studies that use the asyncfl library and write figures and tables (DESIGN.md §2)."""

@@ -2,14 +2,18 @@
 
 Exit codes: 0 success; 2 bad input (scenario, arguments, run directory) with one clear message
 and no traceback; 3 numerical fault (the model diverged; the run directory holds everything up
-to that step); 130 interrupted.
+to that step and a checkpoint of it); 130 interrupted (Ctrl-C / SIGINT: the run stops between two
+events, writes ``checkpoint.pt`` and prints the ``asyncfl resume RUN_DIR`` command; a second
+Ctrl-C aborts at once, leaving the previous checkpoint).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
+import signal
 import sys
 import time
 from pathlib import Path
@@ -20,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from asyncfl import scenario as scenario_mod
-from asyncfl.errors import AsyncFLError, NumericalFault
+from asyncfl.errors import AsyncFLError, NumericalFault, RunInterrupted
 
 EXIT_USAGE, EXIT_NUMERICAL, EXIT_INTERRUPTED = 2, 3, 130
 
@@ -81,13 +85,34 @@ def summary_table(summary: dict[str, Any], out: Path) -> Table:
     return table
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from asyncfl.runner import run_to_dir
+@contextlib.contextmanager
+def graceful_sigint() -> Any:
+    """The first SIGINT (or SIGTERM, as batch schedulers send) asks the run to stop at the next
+    event (then it checkpoints); a second one raises KeyboardInterrupt as usual. Yields the
+    ``should_stop`` callable."""
+    requested = [False]
 
-    scenario = scenario_mod.load(args.scenario, args.overrides)
-    out = Path(args.out) if args.out else default_out(scenario.name)
-    with progress_bar(scenario.run.steps, args.quiet) as progress:
-        bar = progress.add_task("run", total=scenario.run.steps, vtime=0.0, loss="–")
+    def handler(signum: int, frame: Any) -> None:
+        if requested[0]:
+            raise KeyboardInterrupt
+        requested[0] = True
+        err_console.print("stopping after the current event to write a checkpoint (Ctrl-C again aborts without one)", markup=False)
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: no signal handling
+        yield lambda: False
+        return
+    try:
+        yield lambda: requested[0]
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Callable[..., Any], out: Path) -> int:
+    with progress_bar(total, quiet) as progress, graceful_sigint() as should_stop:
+        bar = progress.add_task("run", total=total, completed=start, vtime=0.0, loss="–")
 
         def on_event(event: Any) -> None:
             fields: dict[str, Any] = {"vtime": event.time}
@@ -95,10 +120,50 @@ def cmd_run(args: argparse.Namespace) -> int:
                 fields["loss"] = f"{event.metrics['loss']:.4g}"
             progress.update(bar, completed=event.step, **fields)
 
-        summary = asyncio.run(run_to_dir(scenario, out, overwrite=args.overwrite, on_event=on_event))
-    if not args.quiet:
+        try:
+            summary = asyncio.run(coroutine_of(on_event=on_event, should_stop=should_stop))
+        except RunInterrupted as exc:
+            progress.stop()
+            err_console.print(f"interrupted: {exc}; checkpoint written to {out / 'checkpoint.pt'}", markup=False, soft_wrap=True)
+            err_console.print(f"resume with:  asyncfl resume {out}", markup=False, soft_wrap=True)
+            return EXIT_INTERRUPTED
+    if not quiet:
         console.print(summary_table(summary, out))
     return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from asyncfl.runner import run_to_dir
+
+    scenario = scenario_mod.load(args.scenario, args.overrides)
+    out = Path(args.out) if args.out else default_out(scenario.name)
+
+    def coroutine_of(**kw: Any) -> Any:
+        return run_to_dir(scenario, out, overwrite=args.overwrite, **kw)
+
+    return _drive_with_progress(scenario.run.steps, 0, args.quiet, coroutine_of, out)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from asyncfl.runner import AlreadyCompleted, inspect_run_dir, resume_dir
+
+    out = Path(args.run_dir)
+    try:
+        plan = inspect_run_dir(out)
+        if plan.status == "completed":
+            raise AlreadyCompleted("")
+    except AlreadyCompleted:
+        err_console.print(f"{out}: the run is already completed; nothing to resume", markup=False, soft_wrap=True)
+        return 0
+    if plan.checkpoint is None:
+        err_console.print(f"{out}: no checkpoint yet; restarting the run from scratch in this directory", markup=False, soft_wrap=True)
+    else:
+        err_console.print(f"{out}: resuming after server step {plan.step}", markup=False, soft_wrap=True)
+
+    def coroutine_of(**kw: Any) -> Any:
+        return resume_dir(out, **kw)
+
+    return _drive_with_progress(plan.scenario.run.steps, plan.step, args.quiet, coroutine_of, out)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -114,13 +179,17 @@ def register_core(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="allow --out to be a non-empty directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("resume", help="continue an interrupted or killed run from its last checkpoint")
+    p.add_argument("run_dir", help="the run directory (written by 'asyncfl run')")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    p.set_defaults(func=cmd_resume)
     p = sub.add_parser("validate", help="check a scenario and print it with every default resolved")
     _add_scenario_args(p)
     p.set_defaults(func=cmd_validate)
 
 
 # Other subcommands live next to their feature; each module has ``register(subparsers)``.
-COMMAND_MODULES: list[str] = ["asyncfl.run_bias", "asyncfl.study_cli"]
+COMMAND_MODULES: list[str] = ["asyncfl.run_bias", "asyncfl.library", "asyncfl.plots", "asyncfl.study_cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NUMERICAL
     except AsyncFLError as exc:
         err_console.print(f"error: {exc}", markup=False, soft_wrap=True)
+        return EXIT_USAGE
+    except OSError as exc:  # an unwritable --out, a full disk: the system's message, no traceback
+        err_console.print(f"error: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", markup=False, soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
         err_console.print("interrupted", markup=False)

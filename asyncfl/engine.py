@@ -1,8 +1,8 @@
 """The simulator: simpy decides *when*, an executor decides *where*, the algorithm decides
 *what* (DESIGN.md §2–3).
 
-Every dispatched client is a simpy process that waits its sampled latency on the virtual clock
-and then uploads. Its training job was submitted to the executor at dispatch and is awaited
+Every dispatched client waits its sampled latency on the virtual clock (one simpy timeout,
+see :class:`Arrival`) and then uploads. Its training job was submitted to the executor at dispatch and is awaited
 only when the buffer flushes, so a run is an asyncio coroutine: :meth:`Simulation.events` is an
 async iterator of :class:`StepEvent` (what progress bars and notebooks consume) and
 :meth:`Simulation.run` drives it to the end (:func:`run_blocking` for scripts).
@@ -16,11 +16,18 @@ Protocols (DESIGN §3):
 * **Sync** — each round samples a cohort, waits for its first ``C`` arrivals (``C`` = cohort
   unless over-selected) and steps; the round lasts until the ``C``-th arrival, so sync and
   async runs share one virtual time axis. Stragglers past ``C`` are cancelled ("late").
+
+Availability (``[population] availability``): offline clients are never dispatched; when no
+client can be dispatched the protocol waits on the virtual clock until one comes online
+(``Fleet.next_online``) and then restores ``K`` (FedBuff) or starts the round (sync). A client
+that goes offline before its upload arrives drops it ("offline", counted in
+``updates_dropped_offline``), and FedBuff dispatches a replacement at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,15 +40,16 @@ import torch
 from asyncfl import rng as rngmod
 from asyncfl.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.algorithms import Algorithm, PseudoGradient, StepInfo
-from asyncfl.errors import NumericalFault
+from asyncfl.errors import NumericalFault, RunInterrupted, SimulationStalled, TraceError
 from asyncfl.executors import Executor, make_executor
-from asyncfl.population import Fleet
+from asyncfl.population import Fleet, build_fleet
 from asyncfl.rules import make_rule
 from asyncfl.scenario import Scenario
 from asyncfl.tasks.base import Task
 from asyncfl.training import LocalJob
 
-UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
+MAX_REJECTED_PER_STEP = 1000  # uploads rejected in a row (no step between) before the run stops
+UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason", "dispatch")
 
 
 class UpdateRow(NamedTuple):
@@ -54,7 +62,9 @@ class UpdateRow(NamedTuple):
     arrival_time: float
     staleness: int
     accepted: bool
-    reason: str  # "" when accepted; "stale", "late" (cancelled: arrival_time = when), "non-finite", "norm"
+    reason: str  # "" when accepted; "stale", "late" (cancelled: arrival_time = when), "non-finite", "norm",
+    # "offline" (the client went offline while training: arrival_time = when)
+    dispatch: int  # the dispatch's sequence number (1, 2, …): trace replay restores this order
 
 
 @dataclass
@@ -68,7 +78,45 @@ class InFlight:
     arrival_time: float
     job: LocalJob
     future: "asyncio.Future[torch.Tensor]"
-    process: Any = None
+    process: Any = None  # its Arrival on the clock (``interrupt()`` cancels it)
+    offline_time: float = math.inf  # the client goes offline then, if before arrival_time
+
+    @property
+    def goes_offline(self) -> bool:
+        return self.offline_time < self.arrival_time
+
+    @property
+    def end_time(self) -> float:
+        """When its life on the clock ends: the upload, or going offline first."""
+        return self.offline_time if self.goes_offline else self.arrival_time
+
+
+class Arrival:
+    """A dispatched client's end of life on the simpy clock: dispatch → wait → upload (or drop).
+
+    Performance: one ``Timeout`` with a callback instead of a simpy process per client (a
+    process costs a generator, an ``Initialize`` event and a resume per client, about half of the
+    engine's time with zero-cost training). The event order is unchanged: the timeout is
+    scheduled at dispatch, in dispatch order, exactly as the process's first ``yield`` did.
+    It fires at exactly ``end`` (:func:`timeout_at`: a resumed run restarts the wait from the
+    checkpoint's clock and must see the same times). An infinite ``end`` (a replayed straggler
+    that never arrives) schedules nothing. ``interrupt()`` cancels it.
+    """
+
+    __slots__ = ("cancelled", "on_arrival")
+
+    def __init__(self, env: simpy.Environment, end: float, on_arrival: Callable[[], None]) -> None:
+        self.cancelled = False
+        self.on_arrival = on_arrival
+        if not math.isinf(end):
+            timeout_at(env, end).callbacks.append(self._fire)
+
+    def _fire(self, _event: Any) -> None:
+        if not self.cancelled:
+            self.on_arrival()
+
+    def interrupt(self) -> None:
+        self.cancelled = True
 
 
 @dataclass
@@ -107,6 +155,7 @@ class Counters:
     cancelled_late: int = 0
     rejected_nonfinite: int = 0
     rejected_norm: int = 0
+    dropped_offline: int = 0
     dispatched: int = 0
 
     @property
@@ -169,6 +218,7 @@ class Simulation:
         fleet_factory: Callable[[Scenario, dict[str, np.random.Generator]], Fleet] | None = None,
     ) -> None:
         self.scenario = scenario
+        self._task_from_scenario = task is None  # remote executors may rebuild it from the scenario
         if task is None:
             from asyncfl.tasks import build_task
 
@@ -181,7 +231,7 @@ class Simulation:
         )
         self.algorithm = algorithm if algorithm is not None else default_algorithm(scenario, self.task, aggregator)
         self.streams = rngmod.make_streams(scenario.seed)
-        self.fleet = (fleet_factory or make_fleet)(scenario, self.streams)
+        self.fleet = fleet_factory(scenario, self.streams) if fleet_factory else make_fleet(scenario, self.streams, self.task)
         self.env = simpy.Environment()
         server = scenario.server
         self.protocol = FedBuffProtocol(self) if server.protocol == "fedbuff" else SyncProtocol(self)
@@ -201,6 +251,12 @@ class Simulation:
         self._wall_start = 0.0
         self.finished = False
         self.last_metrics: dict[str, float] = {}
+        # --- checkpoint / resume (asyncfl.checkpoint) ----------------------------------------
+        # Polled between simpy events (the state is then complete data: no flush in progress);
+        # returning True stops the run with RunInterrupted so that the caller can checkpoint.
+        self.should_stop: Callable[[], bool] | None = None
+        self._rejected_since_step = 0  # uploads rejected since the last server step (_guard_rejections)
+        self._restored: Any = None  # set by checkpoint.load_state: restart in-flight clients instead of start()
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -216,31 +272,39 @@ class Simulation:
         return time.perf_counter() - self._wall_start
 
     def dispatch(self, client: int) -> InFlight:
-        """Send the current model to ``client`` and start its simpy process."""
+        """Send the current model to ``client`` and put its arrival on the clock."""
         now = self.env.now
         self.fleet.busy[client] = True
         seed = rngmod.job_seed(self.streams["jobs"])
-        latency = self.fleet.latency(client, now, self.streams["latency"])
+        arrival, offline = self.fleet.schedule(client, now, self.streams["latency"])
         job = self.algorithm.make_job(client, self.theta, seed, self.algo_state)
         self._seq += 1
         rec = InFlight(
             seq=self._seq, client=client, version=self.version, dispatch_time=now,
-            arrival_time=now + latency, job=job, future=self.executor.submit(job),
+            arrival_time=arrival, job=job, future=self.executor.submit(job), offline_time=offline,
         )
         self.in_flight[rec.seq] = rec
         self.counters.dispatched += 1
-        rec.process = self.env.process(self._client_life(rec))
+        self.launch(rec)
         return rec
 
-    def _client_life(self, rec: InFlight):
-        """dispatch → train for its latency on the virtual clock → upload."""
-        try:
-            yield self.env.timeout(rec.arrival_time - self.env.now)
-        except simpy.Interrupt:
-            return  # cancelled (a straggler of a closed sync round)
+    def launch(self, rec: InFlight) -> None:
+        """Put a dispatched (or restored) client's end of job on the clock."""
+        rec.process = Arrival(self.env, rec.end_time, lambda: self._client_life(rec))
+
+    def _client_life(self, rec: InFlight) -> None:
+        """The end of a client's job: its upload at ``arrival_time``, or the drop of its update
+        when it goes offline first (not called for a cancelled straggler)."""
+        goes_offline, end = rec.goes_offline, rec.end_time
         self.in_flight.pop(rec.seq, None)
         self.fleet.busy[rec.client] = False
-        if not self.finished:
+        if self.finished:
+            return
+        if goes_offline:
+            self.counters.dropped_offline += 1
+            self.record(rec, self.version, self.version - rec.version, False, "offline", arrival_time=end)
+            self.protocol.on_offline(rec)
+        else:
             self.protocol.on_arrival(rec)
 
     def request_flush(self, entries: list[tuple[InFlight, int]], then: Callable[[], None]) -> None:
@@ -250,13 +314,14 @@ class Simulation:
 
     def record(self, rec: InFlight, step: int, staleness: int, accepted: bool, reason: str = "", arrival_time: float | None = None) -> None:
         t_arr = rec.arrival_time if arrival_time is None else arrival_time
-        self.sink.on_update(UpdateRow(rec.client, rec.version, step, rec.dispatch_time, t_arr, staleness, accepted, reason))
+        self.sink.on_update(UpdateRow(rec.client, rec.version, step, rec.dispatch_time, t_arr, staleness, accepted, reason, rec.seq))
 
     # ------------------------------------------------------------------------------------------
     @property
     def executor(self) -> Executor:
         if self._executor is None:
-            self._executor = make_executor(self.task, self.scenario.client, self.scenario.run)
+            scenario = self.scenario if self._task_from_scenario else None
+            self._executor = make_executor(self.task, self.scenario.client, self.scenario.run, scenario)
         return self._executor
 
     def _start(self) -> None:
@@ -264,6 +329,11 @@ class Simulation:
         self._wall_start = time.perf_counter()
         if self.scenario.run.torch_threads:
             torch.set_num_threads(self.scenario.run.torch_threads)
+        if self._restored is not None:  # resumed from a checkpoint: its clients are already chosen
+            from asyncfl.checkpoint import restart
+
+            restart(self)
+            return
         self._evaluate()
         self.protocol.start()
 
@@ -274,8 +344,13 @@ class Simulation:
         try:
             while self.steps_done < self.total_steps:
                 while self._pending_flush is None:
+                    if self.should_stop is not None and self.should_stop():
+                        raise RunInterrupted(self.steps_done, self.env.now)
                     if self.env.peek() == math.inf:
-                        raise RuntimeError(
+                        reason = self.fleet.explain_stall(self.env.now, self.steps_done, self.total_steps)
+                        if reason is not None:
+                            raise TraceError(reason)
+                        raise SimulationStalled(
                             f"the simulation stalled at virtual time {self.env.now:g} with "
                             f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
                         )
@@ -293,6 +368,10 @@ class Simulation:
             pass
         return self.summary()
 
+    async def aclose(self) -> None:
+        """Cancel the jobs still running and close the executor (a stopped run)."""
+        await self._drain()
+
     async def _drain(self) -> None:
         for rec in self.in_flight.values():
             rec.future.cancel()
@@ -300,8 +379,8 @@ class Simulation:
             await self._executor.aclose()
 
     # ------------------------------------------------------------------------------------------
-    def _check(self, message: torch.Tensor) -> str:
-        if not bool(torch.isfinite(message).all()):
+    def _check(self, message: torch.Tensor, finite: bool | None = None) -> str:
+        if not (bool(torch.isfinite(message).all()) if finite is None else finite):
             return "non-finite"
         bound = self.scenario.run.max_update_norm
         if bound is not None and float(message.norm()) > bound:
@@ -311,12 +390,17 @@ class Simulation:
     async def _flush(self) -> StepEvent | None:
         assert self._pending_flush is not None
         entries, then = self._pending_flush
-        locals_ = await asyncio.gather(*(rec.future for rec, _ in entries))
+        futures = [rec.future for rec, _ in entries]
+        if all(f.done() for f in futures):  # fast path (already computed): no event-loop round trip
+            locals_ = [f.result() for f in futures]
+        else:
+            locals_ = await asyncio.gather(*futures)
         step = self.version
         accepted: list[tuple[InFlight, int, torch.Tensor]] = []
-        for (rec, tau), local in zip(entries, locals_):
-            message = self.algorithm.client_message(rec.job, local, self.algo_state)
-            reason = self._check(message)
+        messages = [self.algorithm.client_message(rec.job, local, self.algo_state) for (rec, _), local in zip(entries, locals_)]
+        finite = _all_finite(messages)
+        for (rec, tau), message, ok in zip(entries, messages, finite):
+            reason = self._check(message, ok)
             if reason:
                 self.counters.rejected_nonfinite += reason == "non-finite"
                 self.counters.rejected_norm += reason == "norm"
@@ -325,9 +409,12 @@ class Simulation:
                 accepted.append((rec, tau, message))
         self.protocol.consumed(entries, accepted)
         self._pending_flush = None
+        self._rejected_since_step += len(entries) - len(accepted)
         if not self.protocol.ready(accepted):
             then()
+            self._guard_rejections()
             return None
+        self._rejected_since_step = 0
 
         updates = [ClientUpdate(rec.client, rec.version, tau, msg) for rec, tau, msg in accepted]
         theta, self.algo_state, info = self.algorithm.server_update(
@@ -343,7 +430,8 @@ class Simulation:
             then()
         event = StepEvent(
             step=self.steps_done, total_steps=self.total_steps, time=self.env.now, wall_time=self.wall_time,
-            accepted=self.counters.accepted, dropped=self.counters.dropped_stale + self.counters.cancelled_late,
+            accepted=self.counters.accepted,
+            dropped=self.counters.dropped_stale + self.counters.cancelled_late + self.counters.dropped_offline,
             rejected=self.counters.rejected, metrics=metrics,
         )
         if metrics is not None:
@@ -381,6 +469,17 @@ class Simulation:
         self.sink.on_metrics(row)
         return row
 
+    def _guard_rejections(self) -> None:
+        """A run whose every upload is rejected would never end: stop it with the step."""
+        if self._rejected_since_step >= MAX_REJECTED_PER_STEP:
+            self.finished = True
+            c = self.counters
+            raise NumericalFault(
+                f"no progress at server step {self.version} (virtual time {self.env.now:g}): the last "
+                f"{self._rejected_since_step} uploads were all rejected (so far non-finite: {c.rejected_nonfinite}, "
+                f"norm above run.max_update_norm = {self.scenario.run.max_update_norm}: {c.rejected_norm})"
+            )
+
     def _guard_divergence(self, metrics: dict[str, float]) -> None:
         loss = metrics["loss"]
         if not math.isfinite(loss) or loss > self.scenario.run.divergence_loss:
@@ -415,10 +514,12 @@ class Simulation:
             "updates_cancelled_late": c.cancelled_late,
             "updates_rejected_nonfinite": c.rejected_nonfinite,
             "updates_rejected_norm": c.rejected_norm,
+            "updates_dropped_offline": c.dropped_offline,
             "clients_dispatched": c.dispatched,
             "updates_per_second": c.accepted / wall if wall > 0 else math.nan,
             "final": {k: v for k, v in self.last_metrics.items() if k not in ("wall_time",)},
             **({"privacy": self.privacy_summary()} if self.privacy_setup is not None else {}),
+            **(self.algorithm.summary(self.algo_state) if hasattr(self.algorithm, "summary") else {}),
         }
 
     def privacy_summary(self) -> dict[str, Any]:
@@ -431,6 +532,14 @@ class Simulation:
         return self._privacy_summary
 
 
+def _all_finite(messages: list[torch.Tensor]) -> list[bool]:
+    """``isfinite(m).all()`` for every message, in one tensor op when they share a shape
+    (performance: per-upload checks cost more than the rest of an arrival with cheap jobs)."""
+    if len(messages) > 1 and all(m.shape == messages[0].shape for m in messages):
+        return torch.isfinite(torch.stack(messages).reshape(len(messages), -1)).all(dim=1).tolist()
+    return [bool(torch.isfinite(m).all()) for m in messages]
+
+
 def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
     if not rows:
         return np.zeros((0, 1), dtype=dtype)
@@ -441,8 +550,63 @@ def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
     return out
 
 
-def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator]) -> Fleet:
-    return Fleet(scenario, streams)
+def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
+    """A timeout that fires at exactly ``when``. ``env.timeout(when − now)`` fires at
+    ``now + (when − now)``, which rounding can move by an ulp — and a resumed run restarts the wait
+    from another ``now``, so only an absolute time reproduces the uninterrupted run bit for bit.
+    simpy has no public absolute timeout: this is ``Timeout`` with the queue entry's time given
+    (simpy's queue holds ``(time, priority, eid, event)``; eids keep ties in creation order;
+    tests/test_reliability.py checks the exact times and the order of ties)."""
+    now = env.now
+    if when < now:
+        raise ValueError(f"timeout_at({when!r}) lies before now = {now!r}")
+    event = simpy.Event(env)
+    event._ok, event._value = True, None  # triggered, as Timeout.__init__ does
+    heapq.heappush(env._queue, (when, simpy.events.NORMAL, next(env._eid), event))
+    return event
+
+
+def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator], task: Task | None = None) -> Fleet:
+    """The scenario's fleet (distributions, FedScale profiles or a replayed trace; availability)."""
+    return build_fleet(scenario, streams, task)
+
+
+class Waiter:
+    """Waits on the virtual clock until a client comes online (``Fleet.next_online``), then
+    calls ``retry``. At most one wait is pending; none when nothing will ever come online (the
+    run then stalls and the fleet explains why). Its state (``pending``, ``when``) is data, and a
+    checkpoint restores the pending wake-up."""
+
+    def __init__(self, sim: Simulation, retry: Callable[[], None]) -> None:
+        self.sim = sim
+        self.retry = retry
+        self.pending = False
+        self.when = math.inf
+
+    def wait(self) -> None:
+        if self.pending:
+            return
+        when = self.sim.fleet.next_online(self.sim.env.now)
+        if math.isinf(when):
+            return
+        self.pending, self.when = True, when
+        self._schedule()
+
+    def _schedule(self) -> None:
+        timeout_at(self.sim.env, self.when).callbacks.append(self._wake)
+
+    def _wake(self, _event: Any) -> None:
+        self.pending = False
+        if not self.sim.finished:
+            self.retry()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": self.pending, "when": self.when}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pending, self.when = bool(state["pending"]), float(state["when"])
+        if self.pending:
+            self._schedule()
 
 
 class FedBuffProtocol:
@@ -451,16 +615,24 @@ class FedBuffProtocol:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.max_staleness = sim.scenario.server.max_staleness
+        self.waiter = Waiter(sim, self.dispatch_one)
 
     def start(self) -> None:
-        for _ in range(self.sim.scenario.server.concurrency):
-            self.dispatch_one()
+        self.dispatch_one()
 
     def dispatch_one(self) -> None:
+        """Dispatch until ``K`` clients are in flight (one, after an arrival); when no client
+        is idle and online, wait until one comes online."""
         sim = self.sim
-        client = sim.fleet.choose(sim.env.now, sim.streams["selection"])
-        if client is not None:
+        while len(sim.in_flight) < sim.scenario.server.concurrency:
+            client = sim.fleet.choose(sim.env.now, sim.streams["selection"])
+            if client is None:
+                self.waiter.wait()
+                return
             sim.dispatch(client)
+
+    def on_offline(self, rec: InFlight) -> None:
+        self.dispatch_one()
 
     def on_arrival(self, rec: InFlight) -> None:
         sim = self.sim
@@ -495,6 +667,7 @@ class SyncProtocol:
         self.round: list[InFlight] = []  # dispatched this round
         self.arrived: list[InFlight] = []
         self.need = 0
+        self.waiter = Waiter(sim, self.start_round)
 
     def start(self) -> None:
         self.start_round()
@@ -506,10 +679,26 @@ class SyncProtocol:
         self.arrived = []
         self.need = min(server.buffer, int(cohort.size))
         self.round = [sim.dispatch(int(k)) for k in cohort]
+        if not self.round:  # nobody online: the round starts when someone comes online
+            self.waiter.wait()
 
     def on_arrival(self, rec: InFlight) -> None:
-        sim = self.sim
         self.arrived.append(rec)
+        self._maybe_close()
+
+    def on_offline(self, rec: InFlight) -> None:
+        """A cohort member went offline: the round needs at most the arrivals still possible;
+        when the whole cohort is gone, a new round starts."""
+        sim = self.sim
+        still = sum(r.seq in sim.in_flight for r in self.round)
+        self.need = min(self.need, len(self.arrived) + still)
+        if self.need == 0:
+            self.start_round()
+        else:
+            self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        sim = self.sim
         if len(self.arrived) < self.need:
             return
         for straggler in self.round:  # the round is closed: stragglers are cancelled

@@ -24,3 +24,26 @@ class RunDirError(AsyncFLError):
 
 class NumericalFault(AsyncFLError):
     """The model diverged (loss NaN/Inf or above the bound); the message names the step."""
+
+
+class TraceError(AsyncFLError):
+    """A trace file (a run's ``updates.csv`` to replay, a FedScale device or availability
+    pickle) is missing, malformed, hostile, or too short for the run; the message names the file."""
+
+
+class SimulationStalled(AsyncFLError, RuntimeError):
+    """No event is left and no client can be dispatched (e.g. nobody is ever available):
+    a property of the scenario, reported with exit code 2."""
+
+
+class RunInterrupted(Exception):
+    """The run was asked to stop (SIGINT) and stopped between two events, where its state is
+    complete data that a checkpoint can hold. Not an :class:`AsyncFLError`: the CLI exits 130."""
+
+    def __init__(self, step: int, time: float) -> None:
+        self.step, self.time = step, time
+        super().__init__(f"stopped after server step {step} (virtual time {time:g})")
+
+
+class CheckpointError(RunDirError):
+    """A checkpoint cannot be written (state that is not data) or read (corrupted, other format)."""

@@ -71,7 +71,8 @@ class Momentum:
         return TraceState(torch.zeros_like(theta), False)
 
     def direction(self, aggregate: Aggregate, state: TraceState) -> RuleOutput:
-        m = self.beta * state.trace + aggregate.r if state.started else aggregate.r.clone()
+        # one new tensor per step (torch.add with alpha fuses the scale and the sum)
+        m = torch.add(aggregate.r, state.trace, alpha=self.beta) if state.started else aggregate.r.clone()
         return RuleOutput(m, TraceState(m, True))
 
 
@@ -86,8 +87,8 @@ class Nesterov:
         return TraceState(torch.zeros_like(theta), False)
 
     def direction(self, aggregate: Aggregate, state: TraceState) -> RuleOutput:
-        h = self.beta * state.trace + aggregate.r if state.started else aggregate.r.clone()
-        return RuleOutput(aggregate.r + self.beta * h, TraceState(h, True))
+        h = torch.add(aggregate.r, state.trace, alpha=self.beta) if state.started else aggregate.r.clone()
+        return RuleOutput(torch.add(aggregate.r, h, alpha=self.beta), TraceState(h, True))
 
 
 class AdamState(NamedTuple):

@@ -6,7 +6,9 @@
 * ``counts.npz`` — ``by_staleness[t-1, τ]`` (T×L integers), and with privacy
   ``private_by_staleness`` (the raw noisy estimates ĉ_τ), and ``coefficients`` (MA weights);
 * ``summary.json`` — status, final metrics, wall time, counters;
-* ``model.pt`` — the final model's ``state_dict``.
+* ``model.pt`` — the final model's ``state_dict``;
+* ``checkpoint.pt`` — the last checkpoint (``[run] checkpoint_every``, SIGINT, divergence;
+  ``asyncfl.checkpoint``), from which ``asyncfl resume`` continues.
 
 CSV rows are flushed as they are written and whole files are replaced atomically (write to a
 temporary file, then rename), so a run killed at any moment leaves files that parse.
@@ -37,6 +39,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make run files private to their writer
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
@@ -85,11 +90,12 @@ def prepare(out: str | Path, overwrite: bool = False) -> Path:
 class CsvLog:
     """An append-only CSV file whose every row is flushed when written."""
 
-    def __init__(self, path: Path, fields: tuple[str, ...], append: bool = False) -> None:
+    def __init__(self, path: Path, fields: tuple[str, ...], append: bool = False, rows: int = 0) -> None:
         exists = append and path.exists() and path.stat().st_size > 0
         self.fh = open(path, "a" if append else "w", newline="", encoding="utf-8")
         self.writer = csv.writer(self.fh, lineterminator="\n")
         self.fields = fields
+        self.rows = rows if exists else 0  # data rows in the file (checkpoints record it)
         if not exists:
             self.writer.writerow(fields)
             self.fh.flush()
@@ -97,6 +103,7 @@ class CsvLog:
     def write(self, values: list[Any]) -> None:
         self.writer.writerow(values)
         self.fh.flush()
+        self.rows += 1
 
     def close(self) -> None:
         self.fh.close()
@@ -113,11 +120,16 @@ def _fmt(value: Any) -> Any:
 class RunWriter(Sink):
     """A :class:`~asyncfl.engine.Sink` that writes the run directory as the run goes."""
 
-    def __init__(self, path: Path, append: bool = False) -> None:
+    def __init__(self, path: Path, append: bool = False, rows: dict[str, int] | None = None) -> None:
         super().__init__()
         self.path = Path(path)
-        self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append)
-        self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append)
+        rows = rows or {}
+        self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append, rows.get("updates.csv", 0))
+        self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append, rows.get("metrics.csv", 0))
+
+    def rows(self) -> dict[str, int]:
+        """Data rows written so far per CSV file (what a checkpoint must truncate back to)."""
+        return {"updates.csv": self.updates_log.rows, "metrics.csv": self.metrics_log.rows}
 
     def on_update(self, row: UpdateRow) -> None:
         self.updates_log.write([_fmt(v) for v in row])
@@ -145,6 +157,31 @@ class RunWriter(Sink):
     def close(self) -> None:
         self.updates_log.close()
         self.metrics_log.close()
+
+
+def csv_prefix_size(path: Path, fields: tuple[str, ...], rows: int) -> int:
+    """Bytes of ``path``'s header and first ``rows`` data rows (the part a checkpoint saw).
+    Raises RunDirError for a missing file, another header, or fewer complete rows."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RunDirError(f"{path}: missing; the run directory is incomplete") from None
+    lines = data.split(b"\n")
+    header = ",".join(fields).encode()
+    if lines[0] != header:
+        raise RunDirError(f"{path}: the header is not {header.decode()!r}; not a run directory of this asyncfl version")
+    complete = len(lines) - 2  # data rows ending in a newline (the part after the last one is cut)
+    if complete < rows:
+        raise RunDirError(f"{path}: {max(complete, 0)} complete rows, but the checkpoint was taken after {rows}; the run directory is damaged")
+    return sum(len(line) + 1 for line in lines[: rows + 1])
+
+
+def truncate(path: Path, size: int) -> None:
+    if path.stat().st_size != size:
+        with open(path, "r+b") as fh:
+            fh.truncate(size)
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

@@ -42,17 +42,24 @@ Probability = Annotated[float, Field(ge=0, le=1)]
 # ---------------------------------------------------------------------------------------------
 # [population]
 class PopulationConfig(Section):
-    """``clients`` (N); per-client speed multiplier ~ LogNormal(0, ``speed_sigma``);
+    """``clients`` (N); per-client speed multiplier ~ LogNormal(0, ``speed_sigma``), times
+    ``slow_factor`` for ``round(slow_fraction × N)`` uniformly chosen clients (a bimodal fleet);
     availability of clients over virtual time (``always`` | ``diurnal`` | ``trace``)."""
 
     clients: Annotated[int, Field(ge=1, le=10**8)] = 100
     speed_sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
+    slow_fraction: Probability = 0.0
+    slow_factor: Annotated[float, Field(ge=1, le=1e6)] = 1.0
     availability: Literal["always", "diurnal", "trace"] = "always"
     # diurnal: each client is online for a fraction `online_fraction` of every `period`,
-    # starting at a client-specific phase drawn uniformly in [0, period).
+    # starting at a client-specific phase drawn uniformly in [0, period): online at time x iff
+    # (x − phase) mod period < online_fraction × period.
     period: PosFloat = 24.0
     online_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
-    availability_file: str | None = None  # FedScale-format availability trace
+    availability_file: str | None = None  # FedScale-format availability trace (availability = "trace")
+    # milliseconds of the availability trace per unit of virtual time; default: the FedScale
+    # latency's time_unit_ms, else 1000 (one unit = one second)
+    availability_time_unit_ms: PosFloat | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,8 +91,18 @@ class UniformLatency(Section):
     high: PosFloat = 1.5
 
 
+class ParetoLatency(Section):
+    """Heavy-tailed stragglers: ``scale × (1 + Lomax(shape))`` (Pareto I, minimum ``scale``;
+    the mean ``scale·shape/(shape−1)`` is infinite for ``shape ≤ 1``)."""
+
+    dist: Literal["pareto"] = "pareto"
+    scale: PosFloat = 1.0
+    shape: Annotated[float, Field(gt=0, le=100)] = 2.0
+
+
 class TraceLatency(Section):
-    """Replay the dispatch order and latencies of an earlier run's ``updates.csv``."""
+    """Replay the dispatch order and latencies of an earlier run's ``updates.csv`` (``file``:
+    the CSV or its run directory; see ``asyncfl.replay``)."""
 
     dist: Literal["trace"] = "trace"
     file: str
@@ -105,12 +122,13 @@ LATENCIES: dict[str, type[Section]] = {
     "halfnormal": HalfNormalLatency,
     "lognormal": LogNormalLatency,
     "uniform": UniformLatency,
+    "pareto": ParetoLatency,
     "trace": TraceLatency,
     "fedscale": FedScaleLatency,
 }
 LatencyConfig = (
     ConstantLatency | ExponentialLatency | HalfNormalLatency | LogNormalLatency | UniformLatency
-    | TraceLatency | FedScaleLatency
+    | ParetoLatency | TraceLatency | FedScaleLatency
 )
 
 
@@ -438,6 +456,8 @@ def _cross_check(sc: Scenario) -> Scenario:
     if server.algorithm in ("fedprox", "fedsplit", "feddr", "fedpd") and client.mu <= 0:
         errors.append(f"client.mu = {client.mu}: {server.algorithm} needs a positive proximal coefficient μ (= 1/s)")
 
+    errors.extend(_check_traces(sc))
+
     p = sc.privacy
     if p.enabled:
         if (p.epsilon is None) == (p.noise_multiplier is None):
@@ -459,6 +479,57 @@ def _cross_check(sc: Scenario) -> Scenario:
         name=sc.name, seed=sc.seed, population=sc.population, latency=sc.latency, task=sc.task,
         client=client, server=server.model_copy(update=server_updates), run=sc.run, privacy=sc.privacy,
     )
+
+
+def _check_traces(sc: Scenario) -> list[str]:
+    """Trace files exist; traces and speed/availability models that would contradict them."""
+    errors: list[str] = []
+    pop, lat = sc.population, sc.latency
+    if isinstance(lat, TraceLatency | FedScaleLatency):
+        where = "the recorded trace" if isinstance(lat, TraceLatency) else "the FedScale device profiles"
+        if pop.speed_sigma > 0:
+            errors.append(f"population.speed_sigma = {pop.speed_sigma}: must be 0 with latency.dist = {lat.dist!r} (speeds come from {where})")
+        if pop.slow_fraction > 0:
+            errors.append(f"population.slow_fraction = {pop.slow_fraction}: must be 0 with latency.dist = {lat.dist!r} (speeds come from {where})")
+        path = resolve_path(lat.file)
+        ok = path.is_file() or (isinstance(lat, TraceLatency) and (path / "updates.csv").is_file())
+        if not ok:
+            what = "an updates.csv or a run directory holding one" if isinstance(lat, TraceLatency) else "a FedScale device pickle"
+            errors.append(f"latency.file = {lat.file!r}: no such file (must be {what})")
+    if isinstance(lat, TraceLatency) and pop.availability != "always":
+        errors.append(f"population.availability = {pop.availability!r}: must be 'always' with latency.dist = 'trace' (the recording already holds its availability: waits and offline drops are replayed)")
+    if pop.availability == "trace":
+        if pop.availability_file is None:
+            errors.append("population.availability_file: required with population.availability = 'trace' (a FedScale availability pickle)")
+        elif not resolve_path(pop.availability_file).is_file():
+            errors.append(f"population.availability_file = {pop.availability_file!r}: no such file (must be a FedScale availability pickle)")
+    elif pop.availability_file is not None:
+        errors.append(f"population.availability_file = {pop.availability_file!r}: only used with population.availability = 'trace' (it is {pop.availability!r})")
+    return errors
+
+
+PACKAGE_PREFIX = "asyncfl:"
+
+
+def resolve_path(text: str) -> Path:
+    """A file named in a scenario: ``asyncfl:NAME`` is the package's ``asyncfl/data/NAME``
+    (the shipped samples); anything else is a path (relative paths: see :func:`load`)."""
+    if text.startswith(PACKAGE_PREFIX):
+        return Path(__file__).parent / "data" / text[len(PACKAGE_PREFIX):]
+    return Path(text).expanduser()
+
+
+FILE_KEYS = (("latency", "file"), ("population", "availability_file"))
+
+
+def _anchor_paths(raw: dict[str, Any], base: Path) -> None:
+    """Relative file paths written in a scenario file are relative to that file's directory."""
+    for section, key in FILE_KEYS:
+        table = raw.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str):
+            value = table[key]
+            if value and not value.startswith(PACKAGE_PREFIX) and not Path(value).expanduser().is_absolute():
+                table[key] = str(base / value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,7 +565,9 @@ def _assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Read, override and validate a scenario file."""
+    """Read, override and validate a scenario file. Relative trace paths in the file
+    (``latency.file``, ``population.availability_file``) are taken relative to the file's
+    directory; in ``--set`` overrides, relative to the working directory."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -506,6 +579,7 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError([f"{path}: not valid TOML ({exc})"]) from None
+    _anchor_paths(raw, path.parent)  # before the overrides: --set paths are relative to the cwd
     for item in overrides:
         key, value = parse_override(item)
         _assign(raw, key, value)

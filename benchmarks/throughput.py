@@ -1,0 +1,151 @@
+"""Simulated client updates per second on gaussian-mlp, per executor, against pfl-research.
+
+Workload (issue 6): gaussian-mlp (dim 32, 10 classes, 50 samples per client, hidden 64),
+1000 clients, local batch 10, 1 epoch, lr 0.1, server SGD lr 1.0, torch threads 1;
+(a) sync, cohort 50, 50 rounds; (b) FedBuff K = 100, C = 50, 50 steps.
+pfl (``pip install pfl``; not a dependency) runs workload (a) on the same data and model; it
+has no buffered asynchronous protocol, so (b) is compared with pfl's sync run (same local work
+per update). Two rates per run: ``total`` (wall time of the whole run, worker start-up included)
+and ``steady`` (from the first server step to the last: start-up excluded).
+
+    python -m benchmarks.throughput [--executors inline,batched,threads,processes,ray] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+import numpy as np
+import torch
+
+from asyncfl import scenario as sc
+from asyncfl.engine import Simulation
+
+CLIENTS, ROUNDS, COHORT = 1000, 50, 50
+TASK = {"name": "gaussian-mlp", "dim": 32, "classes": 10, "samples_per_client": 50, "hidden": 64}
+
+
+def scenario(protocol: str, executor: str, workers: int) -> sc.Scenario:
+    server = ({"protocol": "sync", "cohort": COHORT} if protocol == "sync"
+              else {"protocol": "fedbuff", "concurrency": 100, "buffer": 50})
+    return sc.validate({
+        "name": f"bench-{protocol}-{executor}", "seed": 0,
+        "population": {"clients": CLIENTS},
+        "latency": {"dist": "exponential", "mean": 1.0},
+        "task": TASK,
+        "client": {"lr": 0.1, "batch_size": 10, "epochs": 1},
+        "server": {**server, "rule": "sgd", "lr": 1.0},
+        "run": {"steps": ROUNDS, "eval_every": ROUNDS, "torch_threads": 1, "workers": workers,
+                "executor": "inline" if executor == "batched" else executor, "batched": executor == "batched"},
+    })
+
+
+async def _timed_run(sim: Simulation) -> tuple[float, float]:
+    start = time.perf_counter()
+    first = None
+    async for event in sim.events():
+        if first is None:
+            first = (time.perf_counter(), event.accepted)
+    end = time.perf_counter()
+    total = sim.counters.accepted / (end - start)
+    steady = (sim.counters.accepted - first[1]) / max(end - first[0], 1e-9)
+    return total, steady
+
+
+def run_asyncfl(protocol: str, executor: str, workers: int) -> tuple[float, float]:
+    return asyncio.run(_timed_run(Simulation(scenario(protocol, executor, workers))))
+
+
+def run_pfl() -> tuple[float, float] | None:
+    """The sync workload on pfl's SimulatedBackend + FederatedAveraging (same data, model, lr)."""
+    try:
+        from pfl.aggregate.simulate import SimulatedBackend
+        from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
+        from pfl.callback.base import TrainingProcessCallback
+        from pfl.data.dataset import Dataset
+        from pfl.data.federated_dataset import FederatedDataset
+        from pfl.data.sampling import get_user_sampler
+        from pfl.hyperparam import NNEvalHyperParams, NNTrainHyperParams
+        from pfl.metrics import Metrics, Weighted
+        from pfl.model.pytorch import PyTorchModel
+    except ImportError:
+        return None
+    from asyncfl.tasks.common import mlp, task_streams
+    from asyncfl.tasks.gaussian_mlp import gaussian_mlp_data
+
+    rng, torch_seed = task_streams(0)
+    clients, _, _ = gaussian_mlp_data(CLIENTS, TASK["dim"], TASK["classes"], TASK["samples_per_client"], rng)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = mlp([TASK["dim"], TASK["hidden"], TASK["classes"]])
+
+        def forward(self, x):
+            return self.net(x)
+
+        def loss(self, x, y, eval=False):
+            self.eval() if eval else self.train()
+            return torch.nn.functional.cross_entropy(self(x), y)
+
+        @torch.no_grad()
+        def metrics(self, x, y, eval=False):
+            loss = torch.nn.functional.cross_entropy(self(x), y, reduction="sum").item()
+            return {"loss": Weighted(loss, len(x))}
+
+    torch.manual_seed(torch_seed)
+    net = Net()
+    data = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in clients]
+    dataset = FederatedDataset(lambda uid: Dataset(raw_data=list(data[uid]), user_id=uid),
+                               get_user_sampler("random", list(range(CLIENTS))))
+    backend = SimulatedBackend(training_data=dataset, val_data=None, postprocessors=[])
+    model = PyTorchModel(net, local_optimizer_create=torch.optim.SGD,
+                         central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0))
+    params = NNAlgorithmParams(central_num_iterations=ROUNDS, evaluation_frequency=10**9,
+                               train_cohort_size=COHORT, val_cohort_size=0)
+    train = NNTrainHyperParams(local_learning_rate=0.1, local_num_epochs=1, local_batch_size=10)
+    marks: list[float] = []
+
+    class Clock(TrainingProcessCallback):
+        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
+            marks.append(time.perf_counter())
+            return False, Metrics()
+
+    start = time.perf_counter()
+    FederatedAveraging().run(algorithm_params=params, backend=backend, model=model, model_train_params=train,
+                             model_eval_params=NNEvalHyperParams(local_batch_size=None), callbacks=[Clock()],
+                             send_metrics_to_platform=False)
+    end = time.perf_counter()
+    return ROUNDS * COHORT / (end - start), (ROUNDS - 1) * COHORT / max(end - marks[0], 1e-9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--executors", default="inline,batched,threads,processes,ray")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--protocols", default="sync,fedbuff")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    pfl = run_pfl()
+    print(f"torch threads 1, workers {args.workers}; pfl: " + ("installed" if pfl else "not installed"))
+    if pfl:
+        print(f"pfl sync (FederatedAveraging, SimulatedBackend): {pfl[0]:9.0f} updates/s total, {pfl[1]:9.0f} steady")
+    header = f"{'protocol':8} {'executor':10} {'updates/s':>10} {'steady':>10} {'÷pfl':>7} {'÷pfl steady':>11}"
+    print(header + "\n" + "-" * len(header))
+    for protocol in args.protocols.split(","):
+        for executor in args.executors.split(","):
+            if executor == "ray":
+                try:
+                    import ray  # noqa: F401
+                except ImportError:
+                    print(f"{protocol:8} {executor:10} {'(ray not installed)':>21}")
+                    continue
+            total, steady = run_asyncfl(protocol, executor, args.workers)
+            ratio = f"{total / pfl[0]:7.1f} {steady / pfl[1]:11.1f}" if pfl else f"{'—':>7} {'—':>11}"
+            print(f"{protocol:8} {executor:10} {total:10.0f} {steady:10.0f} {ratio}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Performance features must not change the numbers (DESIGN.md §2 principle 2): batched
+training equals per-client training, and every executor gives the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+
+import pytest
+import torch
+
+from asyncfl import scenario as sc
+from asyncfl.engine import Simulation, run_blocking
+from asyncfl.errors import ScenarioError
+from asyncfl.executors import BatchedExecutor, NullExecutor, make_executor
+from asyncfl.tasks import build_task
+from asyncfl.training import LocalJob, local_train, train_batched
+
+from conftest import make_scenario
+
+
+def _jobs(task, start, mu, clients, seed=100):
+    return [LocalJob(k, start, start, mu, seed + i) for i, k in enumerate(clients)]
+
+
+@pytest.mark.parametrize("task_cfg,client", [
+    # Synthetic(1,1): every client has its own n_k (different step counts and last batches), l2 on
+    ({"name": "synthetic", "l2": 0.01}, {"lr": 0.05, "batch_size": 10, "epochs": 1}),
+    ({"name": "synthetic", "model": "mlp", "hidden": 8}, {"lr": 0.05, "batch_size": 7, "local_steps": 9, "mu": 0.3}),
+    ({"name": "synthetic"}, {"lr": 0.05, "local_steps": 2}),  # full batches of unequal size
+    ({"name": "gaussian-mlp", "samples_per_client": 23}, {"lr": 0.1, "batch_size": 10, "epochs": 2}),
+    ({"name": "quadratic", "dim": 4, "samples_per_client": 13}, {"lr": 0.002, "batch_size": 5, "local_steps": 4, "mu": 0.5}),
+])
+def test_batched_training_equals_per_client_training(task_cfg, client):
+    scenario = sc.validate({"name": "b", "seed": 2, "population": {"clients": 24}, "task": task_cfg, "client": client})
+    task = build_task(scenario.task, 24, 2)
+    small = sorted(range(24), key=lambda k: len(task.clients[k]))[:10]  # keep the test fast
+    a, b = task.initial_theta + 0.01, task.initial_theta - 0.02
+    # two versions, repeated clients (distinct seeds), every client of a version in one batch
+    jobs = _jobs(task, a, scenario.client.mu, small[:8] + small[3:4] * 2) + _jobs(task, b, scenario.client.mu, small, seed=7)
+    want = [local_train(task, scenario.client, j) for j in jobs]
+    got = train_batched(task, scenario.client, jobs)
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
+    if task_cfg["name"] == "synthetic":
+        assert len({len(task.clients[j.client]) for j in jobs}) > 3  # unequal data sizes covered
+
+
+def test_batched_executor_trains_pending_jobs_together_and_matches_inline_run():
+    base = {"task.name": "synthetic", "task.dim": None, "task.problem": None, "task.samples_per_client": None,
+            "client.lr": 0.05, "population.clients": 40, "run.steps": 8}
+    inline = run_blocking(make_scenario(base))
+    batched = Simulation(make_scenario({**base, "run.batched": True}))
+    asyncio.run(batched.run())
+    assert isinstance(batched.executor, BatchedExecutor)
+    assert max(batched.executor.batches) > 1
+    assert inline.sink.updates == batched.sink.updates
+    torch.testing.assert_close(batched.theta, inline.theta, rtol=0, atol=1e-5)
+
+
+def _executor_run(executor: str, **extra):
+    scenario = make_scenario({
+        "task.name": "gaussian-mlp", "task.dim": 6, "task.hidden": 8, "task.classes": 3, "task.samples_per_client": 12,
+        "task.problem": None, "client.lr": 0.1, "client.batch_size": 5, "client.local_steps": None, "client.epochs": 1,
+        "run.executor": executor, "run.workers": 2, "run.steps": 6, "run.eval_every": 3, **extra,
+    })
+    return run_blocking(scenario)
+
+
+@pytest.fixture(scope="module")
+def inline_run():
+    return _executor_run("inline")
+
+
+def _same_run(a, b):
+    assert a.sink.updates == b.sink.updates  # updates.csv rows
+    torch.testing.assert_close(b.theta, a.theta, rtol=0, atol=1e-6)  # final model
+
+
+@pytest.mark.parametrize("executor,extra", [("inline", {"run.batched": True}), ("threads", {}), ("processes", {})])
+def test_every_executor_gives_the_same_run(inline_run, executor, extra):
+    _same_run(inline_run, _executor_run(executor, **extra))
+    assert not multiprocessing.active_children()  # process workers shut down with the run
+
+
+def test_ray_executor_gives_the_same_run(inline_run):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        _same_run(inline_run, _executor_run("ray"))
+        assert ray.is_initialized()  # a session the caller started is left to the caller
+    finally:
+        ray.shutdown()
+
+
+def test_ray_missing_is_a_scenario_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    scenario = make_scenario({"run.executor": "ray"})
+    with pytest.raises(ScenarioError, match=r"run\.executor = 'ray'.*pip install asyncfl\[ray\]"):
+        make_executor(None, scenario.client, scenario.run, scenario)
+
+
+def test_batched_needs_the_inline_executor():
+    scenario = make_scenario({"run.executor": "threads", "run.batched": True})
+    with pytest.raises(ScenarioError, match=r"run\.batched"):
+        make_executor(None, scenario.client, scenario.run, scenario)
+
+
+def test_null_executor_runs_the_engine_without_training():
+    scenario = make_scenario({"run.steps": 30})
+    sim = run_blocking(scenario, executor=NullExecutor())
+    reference = run_blocking(scenario)
+    assert [r[:-2] for r in sim.sink.updates] == [r[:-2] for r in reference.sink.updates]  # same schedule
+    assert bool((sim.theta == sim.task.initial_theta).all())  # Δ = 0 every time
