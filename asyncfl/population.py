@@ -128,10 +128,15 @@ class Fleet:
         return np.sort(rng.choice(candidates, size=count, replace=False))
 
     def candidates(self, now: float) -> np.ndarray:
+        """Idle, available clients. A subclass that overrides :meth:`available` is asked per
+        client; the built-in availability models answer for all clients at once."""
         idle = ~self.busy
         if self.availability is not None:
             idle &= self.availability.online_mask(now)
-        return np.flatnonzero(idle)
+        found = np.flatnonzero(idle)
+        if type(self).available is not Fleet.available:
+            found = np.array([k for k in found if self.available(int(k), now)], dtype=np.int64)
+        return found
 
 
 def build_fleet(scenario: sc.Scenario, streams: dict[str, np.random.Generator], task: Any = None) -> Fleet:

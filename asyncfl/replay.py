@@ -167,6 +167,22 @@ class ReplayFleet(Fleet):
         self._queued: deque[Dispatch | None] = deque()  # None: an unknown dispatch
         self._unknown_in_flight = 0
 
+    # The trace is configuration (re-read from the scenario's file); a checkpoint keeps only the
+    # replay's position.
+    def state_dict(self) -> dict:
+        return {
+            "busy": self.busy.copy(),
+            "next_seq": self.next_seq,
+            "queued": [-1 if d is None else d.seq for d in self._queued],
+            "unknown_in_flight": self._unknown_in_flight,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.busy = np.asarray(state["busy"], dtype=bool).copy()
+        self.next_seq = int(state["next_seq"])
+        self._queued = deque(None if seq < 0 else self.trace.dispatches[int(seq)] for seq in state["queued"])
+        self._unknown_in_flight = int(state["unknown_in_flight"])
+
     # -- who ------------------------------------------------------------------------------------
     def choose(self, now: float, rng: np.random.Generator) -> int | None:
         picked = self._take(1, now)

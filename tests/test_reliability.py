@@ -53,14 +53,15 @@ CONFIGS = {
     "sync-fedavg": {**SYNC},
     "fedbuff-momentum-threads": {"run.executor": "threads", "run.workers": 2},
 }
-STOPS = (4, 13, 23, 41)  # stop before the k-th simpy event: start-up, mid-buffer, later rounds
+# where to stop, as fractions of the reference run's simpy events: start-up, mid-buffer, later rounds
+STOPS = (0.05, 0.3, 0.55, 0.9)
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-def _run(scenario, out: Path, stop_at: int | None = None, **kw: Any) -> bool:
+def _run(scenario, out: Path, stop_at: int | None = None, events: list[int] | None = None, **kw: Any) -> bool:
     """Run into ``out``; with ``stop_at``, stop before the ``stop_at``-th event (as SIGINT does).
-    Returns True when the run was stopped."""
+    Returns True when the run was stopped; ``events`` receives the number of events polled."""
     calls = [0]
 
     def should_stop() -> bool:
@@ -71,6 +72,9 @@ def _run(scenario, out: Path, stop_at: int | None = None, **kw: Any) -> bool:
         asyncio.run(run_to_dir(scenario, out, should_stop=should_stop, **kw))
     except RunInterrupted:
         return True
+    finally:
+        if events is not None:
+            events.append(calls[0])
     return False
 
 
@@ -118,9 +122,10 @@ def _buffered(out: Path) -> int:
 def _resume_check(overrides: dict[str, Any], tmp_path: Path, stops=STOPS) -> None:
     scenario = make_scenario(overrides)
     ref = tmp_path / "ref"
-    assert not _run(scenario, ref)
+    events: list[int] = []
+    assert not _run(scenario, ref, events=events)
     waiting = []
-    for k in stops:
+    for k in sorted({max(2, int(f * events[0])) for f in stops}):
         out = tmp_path / f"stop{k}"
         assert _run(scenario, out, stop_at=k)
         assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
@@ -169,13 +174,27 @@ def test_resume_is_bit_for_bit(name, tmp_path):
 def test_resume_sync_algorithms(algorithm, tmp_path):
     if algorithm != "fedprox" and not _have_baselines():
         pytest.skip("asyncfl.baselines.make_algorithm is not in this tree yet (sync baselines issue)")
-    _resume_check({**SYNC, "server.algorithm": algorithm, "server.rule": "sgd", "client.mu": 0.5}, tmp_path, stops=(13, 41))
+    _resume_check({**SYNC, "server.algorithm": algorithm, "server.rule": "sgd", "client.mu": 0.5}, tmp_path, stops=(0.3, 0.9))
+
+
+def test_resume_with_diurnal_availability(tmp_path):
+    """Offline drops, clients waiting to come online (a pending wake-up) and the availability
+    phases are all part of the checkpoint."""
+    _resume_check({"population.availability": "diurnal", "population.period": 3.0, "population.online_fraction": 0.4,
+                   "run.steps": 15}, tmp_path)
+
+
+def test_resume_of_a_replayed_trace(tmp_path):
+    recorded = tmp_path / "recorded"
+    assert not _run(make_scenario(), recorded)
+    _resume_check({"latency.dist": "trace", "latency.mean": None, "latency.file": str(recorded / "updates.csv"),
+                   "population.speed_sigma": 0.0, "server.rule": "sgd"}, tmp_path, stops=(0.3, 0.8))
 
 
 def test_resume_with_privacy(tmp_path):
     if not _have_privacy():
         pytest.skip("asyncfl.privacy is not in this tree yet (privacy issue)")
-    _resume_check({"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0}, tmp_path, stops=(13, 41))
+    _resume_check({"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0}, tmp_path, stops=(0.3, 0.9))
 
 
 def test_periodic_checkpoint_after_a_crash_truncates_and_resumes_twice(tmp_path):
@@ -202,9 +221,9 @@ def test_periodic_checkpoint_after_a_crash_truncates_and_resumes_twice(tmp_path)
 
 
 def test_each_version_of_theta_is_stored_once(tmp_path):
-    scenario = make_scenario({"task.dim": 4000, "server.max_staleness": 20, "run.steps": 6})
+    scenario = make_scenario({"task.dim": 4000, "server.max_staleness": 20, "run.steps": 6, "server.lr": 0.01})
     out = tmp_path / "run"
-    assert _run(scenario, out, stop_at=40)
+    assert _run(scenario, out, stop_at=14)
     state = checkpoint.read(out / "checkpoint.pt")
     sim = Simulation(scenario)
     checkpoint.load_state(sim, state)
