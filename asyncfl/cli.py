@@ -189,7 +189,9 @@ def register_core(sub: Any) -> None:
 
 
 # Other subcommands live next to their feature; each module has ``register(subparsers)``.
-COMMAND_MODULES: list[str] = ["asyncfl.run_bias", "asyncfl.library", "asyncfl.plots", "asyncfl.privacy_cli"]
+COMMAND_MODULES: list[str] = [
+    "asyncfl.run_bias", "asyncfl.library", "asyncfl.plots", "asyncfl.privacy_cli", "asyncfl.study_cli",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
