@@ -24,9 +24,7 @@ SYNC = {"server.protocol": "sync", "server.concurrency": None, "server.cohort": 
 @pytest.mark.parametrize("target", ["momentum", "nesterov"])
 def test_sync_w_is_identity_so_ma_rules_reproduce_their_target(target):
     base = run_blocking(make_scenario({**SYNC, "server.rule": target}))
-    for rule in ("ma-full", "ma-light"):
-        if rule == "ma-light" and target == "nesterov":
-            pass  # covered too: MA-light's Nesterov form must also be exact at W = I
+    for rule in ("ma-full", "ma-light"):  # MA-light's Nesterov form (look-ahead) included
         sim = run_blocking(make_scenario({**SYNC, "server.rule": rule, "server.ma_target": target, "server.ma_ridge": 0.0}))
         assert sim.sink.updates == base.sink.updates
         torch.testing.assert_close(sim.theta, base.theta, rtol=0, atol=1e-10)
@@ -75,7 +73,6 @@ def test_bias_json_against_an_independent_computation(tmp_path):
         prev = A_light[t]
         b = A_light[t] @ W
     assert report["ma_light"] == pytest.approx(fro(A_light @ W - M) / fro(M), rel=1e-6)
-    assert report["ma_full"] <= report["ma_light"] + 1e-12 or scenario.server.ma_ridge > 0
 
 
 def test_heavily_stale_run_ma_rules_have_less_bias_than_momentum_and_learn(tmp_path):
