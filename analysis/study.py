@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
@@ -253,11 +253,6 @@ class Study:
                 problems.append(f"lr_grid.{method}: required for every method in methods (a list of server learning rates)")
         if spec.tuning.dp == "reuse-nodp" and True in spec.dp and False not in spec.dp:
             problems.append("tuning.dp = 'reuse-nodp': needs false in dp (the runs whose learning rates are reused)")
-        if True in spec.dp:
-            try:
-                import asyncfl.privacy  # noqa: F401
-            except ImportError:
-                problems.append("dp = [true]: this checkout has no asyncfl.privacy (the privacy feature); use dp = [false]")
         if problems:
             raise StudyError(problems, source)
         self._bases: dict[str, dict[str, Any]] = {}

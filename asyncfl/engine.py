@@ -27,7 +27,6 @@ that goes offline before its upload arrives drops it ("offline", counted in
 from __future__ import annotations
 
 import asyncio
-import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -41,8 +40,10 @@ from asyncfl import rng as rngmod
 from asyncfl.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.algorithms import Algorithm, PseudoGradient, StepInfo
 from asyncfl.errors import NumericalFault, RunInterrupted, SimulationStalled, TraceError
+from asyncfl.clock import Arrival
 from asyncfl.executors import Executor, make_executor
 from asyncfl.population import Fleet, build_fleet
+from asyncfl.protocols import FedBuffProtocol, SyncProtocol
 from asyncfl.rules import make_rule
 from asyncfl.scenario import Scenario
 from asyncfl.tasks.base import Task
@@ -89,34 +90,6 @@ class InFlight:
     def end_time(self) -> float:
         """When its life on the clock ends: the upload, or going offline first."""
         return self.offline_time if self.goes_offline else self.arrival_time
-
-
-class Arrival:
-    """A dispatched client's end of life on the simpy clock: dispatch → wait → upload (or drop).
-
-    Performance: one ``Timeout`` with a callback instead of a simpy process per client (a
-    process costs a generator, an ``Initialize`` event and a resume per client, about half of the
-    engine's time with zero-cost training). The event order is unchanged: the timeout is
-    scheduled at dispatch, in dispatch order, exactly as the process's first ``yield`` did.
-    It fires at exactly ``end`` (:func:`timeout_at`: a resumed run restarts the wait from the
-    checkpoint's clock and must see the same times). An infinite ``end`` (a replayed straggler
-    that never arrives) schedules nothing. ``interrupt()`` cancels it.
-    """
-
-    __slots__ = ("cancelled", "on_arrival")
-
-    def __init__(self, env: simpy.Environment, end: float, on_arrival: Callable[[], None]) -> None:
-        self.cancelled = False
-        self.on_arrival = on_arrival
-        if not math.isinf(end):
-            timeout_at(env, end).callbacks.append(self._fire)
-
-    def _fire(self, _event: Any) -> None:
-        if not self.cancelled:
-            self.on_arrival()
-
-    def interrupt(self) -> None:
-        self.cancelled = True
 
 
 @dataclass
@@ -550,172 +523,9 @@ def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
     return out
 
 
-def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
-    """A timeout that fires at exactly ``when``. ``env.timeout(when − now)`` fires at
-    ``now + (when − now)``, which rounding can move by an ulp — and a resumed run restarts the wait
-    from another ``now``, so only an absolute time reproduces the uninterrupted run bit for bit.
-    simpy has no public absolute timeout: this is ``Timeout`` with the queue entry's time given
-    (simpy's queue holds ``(time, priority, eid, event)``; eids keep ties in creation order;
-    tests/test_reliability.py checks the exact times and the order of ties)."""
-    now = env.now
-    if when < now:
-        raise ValueError(f"timeout_at({when!r}) lies before now = {now!r}")
-    event = simpy.Event(env)
-    event._ok, event._value = True, None  # triggered, as Timeout.__init__ does
-    heapq.heappush(env._queue, (when, simpy.events.NORMAL, next(env._eid), event))
-    return event
-
-
 def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator], task: Task | None = None) -> Fleet:
     """The scenario's fleet (distributions, FedScale profiles or a replayed trace; availability)."""
     return build_fleet(scenario, streams, task)
-
-
-class Waiter:
-    """Waits on the virtual clock until a client comes online (``Fleet.next_online``), then
-    calls ``retry``. At most one wait is pending; none when nothing will ever come online (the
-    run then stalls and the fleet explains why). Its state (``pending``, ``when``) is data, and a
-    checkpoint restores the pending wake-up."""
-
-    def __init__(self, sim: Simulation, retry: Callable[[], None]) -> None:
-        self.sim = sim
-        self.retry = retry
-        self.pending = False
-        self.when = math.inf
-
-    def wait(self) -> None:
-        if self.pending:
-            return
-        when = self.sim.fleet.next_online(self.sim.env.now)
-        if math.isinf(when):
-            return
-        self.pending, self.when = True, when
-        self._schedule()
-
-    def _schedule(self) -> None:
-        timeout_at(self.sim.env, self.when).callbacks.append(self._wake)
-
-    def _wake(self, _event: Any) -> None:
-        self.pending = False
-        if not self.sim.finished:
-            self.retry()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"pending": self.pending, "when": self.when}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.pending, self.when = bool(state["pending"]), float(state["when"])
-        if self.pending:
-            self._schedule()
-
-
-class FedBuffProtocol:
-    """Concurrency ``K``, buffer ``C``, staleness drops, replacement on every arrival."""
-
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.max_staleness = sim.scenario.server.max_staleness
-        self.waiter = Waiter(sim, self.dispatch_one)
-
-    def start(self) -> None:
-        self.dispatch_one()
-
-    def dispatch_one(self) -> None:
-        """Dispatch until ``K`` clients are in flight (one, after an arrival); when no client
-        is idle and online, wait until one comes online."""
-        sim = self.sim
-        while len(sim.in_flight) < sim.scenario.server.concurrency:
-            client = sim.fleet.choose(sim.env.now, sim.streams["selection"])
-            if client is None:
-                self.waiter.wait()
-                return
-            sim.dispatch(client)
-
-    def on_offline(self, rec: InFlight) -> None:
-        self.dispatch_one()
-
-    def on_arrival(self, rec: InFlight) -> None:
-        sim = self.sim
-        tau = sim.version - rec.version
-        if self.max_staleness is not None and tau > self.max_staleness:
-            sim.counters.dropped_stale += 1
-            sim.record(rec, sim.version, tau, False, "stale")
-        else:
-            sim.buffer.append((rec, tau))
-            if len(sim.buffer) >= sim.scenario.server.buffer:
-                sim.request_flush(list(sim.buffer), then=self.dispatch_one)
-                return
-        self.dispatch_one()
-
-    def consumed(self, entries: list, accepted: list) -> None:
-        """Rejected uploads leave the buffer; accepted ones stay until a step uses them."""
-        keep = {rec.seq for rec, _, _ in accepted}
-        self.sim.buffer = [(rec, tau) for rec, tau in self.sim.buffer if rec.seq in keep]
-
-    def ready(self, accepted: list) -> bool:
-        if len(accepted) >= self.sim.scenario.server.buffer:
-            self.sim.buffer = []
-            return True
-        return False
-
-
-class SyncProtocol:
-    """Rounds: sample a cohort, wait for its first ``C`` arrivals, step, repeat."""
-
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.round: list[InFlight] = []  # dispatched this round
-        self.arrived: list[InFlight] = []
-        self.need = 0
-        self.waiter = Waiter(sim, self.start_round)
-
-    def start(self) -> None:
-        self.start_round()
-
-    def start_round(self) -> None:
-        sim = self.sim
-        server = sim.scenario.server
-        cohort = sim.fleet.choose_many(server.cohort, sim.env.now, sim.streams["selection"])
-        self.arrived = []
-        self.need = min(server.buffer, int(cohort.size))
-        self.round = [sim.dispatch(int(k)) for k in cohort]
-        if not self.round:  # nobody online: the round starts when someone comes online
-            self.waiter.wait()
-
-    def on_arrival(self, rec: InFlight) -> None:
-        self.arrived.append(rec)
-        self._maybe_close()
-
-    def on_offline(self, rec: InFlight) -> None:
-        """A cohort member went offline: the round needs at most the arrivals still possible;
-        when the whole cohort is gone, a new round starts."""
-        sim = self.sim
-        still = sum(r.seq in sim.in_flight for r in self.round)
-        self.need = min(self.need, len(self.arrived) + still)
-        if self.need == 0:
-            self.start_round()
-        else:
-            self._maybe_close()
-
-    def _maybe_close(self) -> None:
-        sim = self.sim
-        if len(self.arrived) < self.need:
-            return
-        for straggler in self.round:  # the round is closed: stragglers are cancelled
-            if straggler.seq in sim.in_flight:
-                sim.in_flight.pop(straggler.seq)
-                sim.fleet.busy[straggler.client] = False
-                straggler.process.interrupt()
-                straggler.future.cancel()
-                sim.counters.cancelled_late += 1
-                sim.record(straggler, sim.version, 0, False, "late", arrival_time=sim.env.now)
-        sim.request_flush([(r, 0) for r in self.arrived], then=self.start_round)
-
-    def consumed(self, entries: list, accepted: list) -> None:
-        pass
-
-    def ready(self, accepted: list) -> bool:
-        return len(accepted) > 0
 
 
 def run_blocking(scenario: Scenario, **kwargs: Any) -> Simulation:

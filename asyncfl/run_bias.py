@@ -26,7 +26,7 @@ from asyncfl import scenario as scenario_mod
 from asyncfl.aggregation import weight_matrix
 from asyncfl.bias import bias_report, plot_bias_heatmaps
 from asyncfl.errors import RunDirError
-from asyncfl.ma import coefficient_matrix_full, light_matrix_from_uv, light_recursion, target_matrix
+from asyncfl.ma import coefficient_matrix_full, light_recursion, target_matrix
 
 MAX_ANALYSED_STEPS = 2000
 RULE_KEYS = ("none", "momentum", "ma_full", "ma_light")

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import time
 
-import numpy as np
 import torch
 
 from asyncfl import scenario as sc

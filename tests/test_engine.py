@@ -3,7 +3,6 @@ and against invariants that must hold on every run."""
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 
 import numpy as np

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from asyncfl import scenario as sc
 from asyncfl.aggregation import Aggregate

@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 
 from asyncfl import checkpoint
 from asyncfl.cli import main
-from asyncfl.engine import UPDATE_FIELDS, Simulation, timeout_at
+from asyncfl.clock import timeout_at
+from asyncfl.engine import UPDATE_FIELDS, Simulation
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.executors import InlineExecutor
 from asyncfl.rundir import METRIC_FIELDS, read_csv
