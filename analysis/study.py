@@ -188,20 +188,11 @@ def _allowed(cls: type[BaseModel]) -> list[str]:
 
 
 def _spec_errors(exc: ValidationError) -> list[str]:
-    out = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        where = _loc_text(loc)
-        if err["type"] == "extra_forbidden":
-            parents = [p for p in loc[:-1] if isinstance(p, str)]
-            cls = _MODEL_AT.get(parents[-1] if parents else "", StudySpec)
-            out.append(f"{where}: unknown key{scenario_mod._suggest(str(loc[-1]), _allowed(cls))}")
-        elif err["type"] == "missing":
-            out.append(f"{where}: required key is missing")
-        else:
-            msg = err["msg"].replace("Input should be", "must be")
-            out.append(f"{where} = {scenario_mod._fmt(err.get('input'))}: {msg}")
-    return out
+    def allowed_keys(loc: tuple) -> list[str]:
+        parents = [p for p in loc[:-1] if isinstance(p, str)]
+        return _allowed(_MODEL_AT.get(parents[-1] if parents else "", StudySpec))
+
+    return scenario_mod.describe_errors(exc, _loc_text, allowed_keys)
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:

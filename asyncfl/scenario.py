@@ -16,7 +16,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -340,20 +340,32 @@ def _fmt(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _errors_of(exc: ValidationError, prefix: str) -> list[str]:
+def describe_errors(
+    exc: ValidationError, where: Callable[[tuple], str], allowed_keys: Callable[[tuple], list[str]]
+) -> list[str]:
+    """One ``field = value: what is allowed`` line per pydantic error. ``where(loc)`` names the
+    field; ``allowed_keys(loc)`` lists the keys of the table holding an unknown key (for the
+    "did you mean" suggestion). Shared by scenario files and study specs."""
     out = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        loc = tuple(err["loc"])
+        name = where(loc)
         if err["type"] == "extra_forbidden":
-            allowed = list(exc.title and _fields_of(exc.title) or [])
-            key = str(err["loc"][-1])
-            out.append(f"{loc}: unknown key{_suggest(key, allowed)}")
+            out.append(f"{name}: unknown key{_suggest(str(loc[-1]), allowed_keys(loc))}")
         elif err["type"] == "missing":
-            out.append(f"{loc}: required key is missing")
+            out.append(f"{name}: required key is missing")
         else:
             msg = err["msg"].replace("Input should be", "must be")
-            out.append(f"{loc} = {_fmt(err.get('input'))}: {msg}")
+            out.append(f"{name} = {_fmt(err.get('input'))}: {msg}")
     return out
+
+
+def _errors_of(exc: ValidationError, prefix: str) -> list[str]:
+    return describe_errors(
+        exc,
+        lambda loc: ".".join(str(p) for p in (prefix, *loc) if p != ""),
+        lambda loc: list(exc.title and _fields_of(exc.title) or []),
+    )
 
 
 _ALL_MODELS: dict[str, type[Section]] = {
