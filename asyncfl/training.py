@@ -118,32 +118,39 @@ def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[t
         if len(members) == 1:  # nothing to batch: the plain loop is cheaper than vmap set-up
             out[members[0]] = local_train(task, cfg, jobs[members[0]])
             continue
-        thetas = _train_group(task, cfg, [jobs[i] for i in members], [schedules[i] for i in members])
+        train = _train_group_mlp if mlp_layers(task) is not None else _train_group
+        thetas = train(task, cfg, [jobs[i] for i in members], [schedules[i] for i in members])
         for i, theta in zip(members, thetas.unbind(0)):
             out[i] = theta
     return out
 
 
-def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], schedules: list[list]) -> torch.Tensor:
-    """Train ``G`` jobs sharing start, centre, μ and step count; returns ``(G, d)``."""
+def _group_batches(task: Task, jobs: list[LocalJob], schedules: list[list]):
+    """Every step's batch of every client, padded to the largest batch: ``X (G, steps, width, ...)``,
+    ``Y``, the ``mask`` of real samples and each client's objective ``scale``."""
     datas = [task.clients[j.client] for j in jobs]
     G, steps = len(jobs), len(schedules[0])
     # index of every sample of every step, padded to the largest batch, and its mask
     full = [torch.arange(len(d)) for d in datas]
     sets = [[full[g] if idx is None else idx for idx in sched] for g, sched in enumerate(schedules)]
-    width = max(int(ix.numel()) for s in sets for ix in s)
-    index = torch.zeros(G, steps, width, dtype=torch.long)
-    mask = torch.zeros(G, steps, width, dtype=task.dtype)
-    for g, s in enumerate(sets):
-        for t, ix in enumerate(s):
-            index[g, t, : ix.numel()] = ix
-            mask[g, t, : ix.numel()] = 1
-    # gather every step's batch of every client in one indexing op: (G, steps, width, ...)
-    xs = torch.nn.utils.rnn.pad_sequence([d.x for d in datas], batch_first=True)
-    ys = torch.nn.utils.rnn.pad_sequence([d.y for d in datas], batch_first=True)
-    rows = torch.arange(G)[:, None, None]
-    X, Y = xs[rows, index], ys[rows, index]
+    flat = [ix for s in sets for ix in s]  # (G · steps) index sets, client-major
+    lengths = torch.tensor([int(ix.numel()) for ix in flat])
+    index = torch.nn.utils.rnn.pad_sequence(flat, batch_first=True).view(G, steps, -1)  # pads with sample 0
+    width = index.shape[-1]
+    mask = (torch.arange(width) < lengths[:, None]).to(task.dtype).view(G, steps, width)
+    # gather every step's batch of every client in one indexing op on the pooled data:
+    # (G, steps, width, ...)
+    pooled = task.pooled_training_data()
+    rows = index + task.client_offsets()[torch.tensor([j.client for j in jobs])][:, None, None]
+    X, Y = pooled.x[rows], pooled.y[rows]
     scale = torch.tensor([task.objective_scale(j.client) for j in jobs], dtype=task.dtype)
+    return X, Y, mask, scale
+
+
+def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], schedules: list[list]) -> torch.Tensor:
+    """Train ``G`` jobs sharing start, centre, μ and step count; returns ``(G, d)``."""
+    G, steps = len(jobs), len(schedules[0])
+    X, Y, mask, scale = _group_batches(task, jobs, schedules)
     mu, centre = jobs[0].mu, jobs[0].centre
 
     def objective(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -164,4 +171,71 @@ def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], schedules:
             leaf = theta.requires_grad_()
             (g,) = torch.autograd.grad(batched(leaf, X[:, t], Y[:, t], mask[:, t], scale).sum(), leaf)
             theta = (leaf - cfg.lr * g).detach()
+    return theta
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused path for MLP classifiers: Linear (− ReLU − Linear)* with per-sample cross entropy.
+def mlp_layers(task: Task) -> list[tuple[str, str]] | None:
+    """``[(weight name, bias name), …]`` when the task's model is a chain of ``nn.Linear`` layers
+    (with bias) separated by ``nn.ReLU`` and its loss is the per-sample cross entropy; else None."""
+    from asyncfl.tasks.common import cross_entropy
+
+    model = task.model
+    modules = [model] if isinstance(model, torch.nn.Linear) else list(model.children()) if isinstance(model, torch.nn.Sequential) else None
+    if not modules or task.loss_fn is not cross_entropy or task.reduction != "mean":
+        return None
+    layers, prefix = [], "" if isinstance(model, torch.nn.Linear) else None
+    for i, module in enumerate(modules):
+        expect_linear = i % 2 == 0
+        if expect_linear and isinstance(module, torch.nn.Linear) and module.bias is not None:
+            name = "" if prefix == "" else f"{i}."
+            layers.append((f"{name}weight", f"{name}bias"))
+        elif not expect_linear and isinstance(module, torch.nn.ReLU):
+            continue
+        else:
+            return None
+    return layers if len(modules) % 2 == 1 else None
+
+
+def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], schedules: list[list]) -> torch.Tensor:
+    """:func:`_train_group` for MLP classifiers, with the forward and backward pass written out
+    as batched matrix products (no autograd, no vmap: the per-op overhead of those dominated
+    these small models). Per step and client ``g`` with batch mask ``m``:
+
+    ``z_l = a_{l−1} W_lᵀ + b_l``, ``a_l = relu(z_l)``; ``∂f/∂z_L = s_g m (softmax(z_L) − onehot(y)) / Σm``;
+    ``∂W_l = ∂z_lᵀ a_{l−1}``, ``∂b_l = Σ ∂z_l``, ``∂a_{l−1} = ∂z_l W_l``, ``∂z_{l−1} = ∂a_{l−1} ⊙ [z_{l−1} > 0]``;
+    plus ``l2 θ`` and ``μ (θ − centre)``. Equal to autograd on the same objective up to float
+    round-off (``tests/test_perf.py`` compares both against per-client training).
+    """
+    layers = mlp_layers(task)
+    assert layers is not None
+    G, steps = len(jobs), len(schedules[0])
+    X, Y, mask, scale = _group_batches(task, jobs, schedules)
+    weight = scale[:, None, None] * mask / mask.sum(dim=2, keepdim=True)  # (G, steps, width)
+    classes = dict(task.model.named_parameters())[layers[-1][0]].shape[0]
+    onehot = torch.nn.functional.one_hot(Y, num_classes=classes).to(task.dtype)
+    mu, centre, l2 = jobs[0].mu, jobs[0].centre, task.l2
+    theta = jobs[0].start.detach().expand(G, -1).clone()
+    grad = torch.empty_like(theta)
+    grad_views = task.unflatten(grad)
+    for t in range(steps):
+        params = task.unflatten(theta)
+        acts, pre = [X[:, t].reshape(G, X.shape[2], -1)], []
+        for i, (w_name, b_name) in enumerate(layers):
+            z = torch.baddbmm(params[b_name].unsqueeze(1), acts[-1], params[w_name].transpose(1, 2))
+            pre.append(z)
+            acts.append(torch.relu(z) if i < len(layers) - 1 else z)
+        dz = (torch.softmax(pre[-1], dim=-1) - onehot[:, t]) * weight[:, t, :, None]
+        for i in range(len(layers) - 1, -1, -1):
+            w_name, b_name = layers[i]
+            torch.bmm(dz.transpose(1, 2), acts[i], out=grad_views[w_name])
+            torch.sum(dz, dim=1, out=grad_views[b_name])
+            if i:
+                dz = torch.bmm(dz, params[w_name]) * (pre[i - 1] > 0)
+        if l2:
+            grad.add_(theta, alpha=l2)
+        if mu > 0:
+            grad.add_(theta - centre, alpha=mu)
+        theta = theta - cfg.lr * grad
     return theta

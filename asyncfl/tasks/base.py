@@ -152,8 +152,25 @@ class Task:
     def train_loss(self, theta: torch.Tensor) -> float:
         """Training objective: mean per-sample loss over the pooled training data of all clients,
         plus the regulariser ``(l2/2)‖θ‖²`` (0 unless ``l2 > 0``)."""
-        total, count = 0.0, 0
-        for data in self.clients:
-            total += float(self.loss_fn(self.outputs(theta, data.x), data.y).sum())
-            count += len(data)
-        return total / max(count, 1) + float(self.regularizer(theta))
+        pooled = self.pooled_training_data()
+        if len(pooled) == 0:
+            return float(self.regularizer(theta))
+        return float(self.loss_fn(self.outputs(theta, pooled.x), pooled.y).mean()) + float(self.regularizer(theta))
+
+    def pooled_training_data(self) -> ClientData:
+        """All clients' training data concatenated in client order (built once, on first use);
+        client ``k``'s samples are rows ``client_offsets()[k] :`` of it."""
+        pooled = self.__dict__.get("_pooled")
+        if pooled is None:
+            pooled = self.__dict__["_pooled"] = ClientData(
+                torch.cat([d.x for d in self.clients]), torch.cat([d.y for d in self.clients])
+            )
+        return pooled
+
+    def client_offsets(self) -> torch.Tensor:
+        """Row of each client's first sample in :meth:`pooled_training_data`."""
+        offsets = self.__dict__.get("_offsets")
+        if offsets is None:
+            sizes = torch.tensor([len(d) for d in self.clients])
+            offsets = self.__dict__["_offsets"] = torch.cumsum(sizes, 0) - sizes
+        return offsets
