@@ -61,40 +61,39 @@ class InlineExecutor:
         return None
 
 
-class _Slot:
-    __slots__ = ("job", "future", "result")
-
-    def __init__(self, job: LocalJob) -> None:
-        self.job, self.future, self.result = job, None, None
-
-
 class BatchedExecutor:
     """Inline, but batched: every job submitted and not yet computed when the event loop first
     gets control (the flush) is trained in one :func:`~asyncfl.training.train_batched` call, so
-    clients of one model version share vmapped gradient steps. Cancelled jobs are skipped."""
+    clients of one model version share batched gradient steps. Cancelled jobs are skipped.
+    Jobs are plain futures resolved by one scheduled callback (no task per job)."""
 
     def __init__(self, task: Task, client: ClientConfig) -> None:
         self.task, self.client = task, client
-        self._pending: list[_Slot] = []
+        self._pending: list[tuple[LocalJob, asyncio.Future[torch.Tensor]]] = []
         self.batches: list[int] = []  # size of every batch trained (for benchmarks and tests)
 
     def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
-        slot = _Slot(job)
-        slot.future = asyncio.get_running_loop().create_task(self._run(slot))
-        self._pending.append(slot)
-        return slot.future
-
-    async def _run(self, slot: _Slot) -> torch.Tensor:
-        if slot.result is None:
-            self._train_pending()
-        return slot.result
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[torch.Tensor] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._train_pending)
+        self._pending.append((job, future))
+        return future
 
     def _train_pending(self) -> None:
-        live = [s for s in self._pending if s.result is None and not s.future.cancelling()]
+        live = [(job, future) for job, future in self._pending if not future.done()]
         self._pending = []
+        if not live:
+            return
         self.batches.append(len(live))
-        for slot, theta in zip(live, train_batched(self.task, self.client, [s.job for s in live])):
-            slot.result = theta
+        try:
+            results = train_batched(self.task, self.client, [job for job, _ in live])
+        except Exception as exc:  # surfaces where the futures are awaited
+            for _, future in live:
+                future.set_exception(exc)
+            return
+        for (_, future), theta in zip(live, results):
+            future.set_result(theta)
 
     async def aclose(self) -> None:
         self._pending = []
