@@ -73,8 +73,7 @@ class ExactAggregator:
     consumes exactly C), the accepted part of the cohort for sync rounds.
     """
 
-    def __init__(self, buffer: int, exponent: float, num_staleness: int | None) -> None:
-        self.buffer = buffer
+    def __init__(self, exponent: float, num_staleness: int | None) -> None:
         self.exponent = exponent
         self.num_staleness = num_staleness  # L, or None when staleness is unbounded
 

@@ -122,14 +122,26 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
 
         try:
             summary = asyncio.run(coroutine_of(on_event=on_event, should_stop=should_stop))
+        except NumericalFault:
+            _plot(out)
+            raise
         except RunInterrupted as exc:
+            _plot(out)
             progress.stop()
             err_console.print(f"interrupted: {exc}; checkpoint written to {out / 'checkpoint.pt'}", markup=False, soft_wrap=True)
             err_console.print(f"resume with:  asyncfl resume {out}", markup=False, soft_wrap=True)
             return EXIT_INTERRUPTED
+    _plot(out)
     if not quiet:
         console.print(summary_table(summary, out))
     return 0
+
+
+def _plot(out: Path) -> None:
+    """``metrics.png`` for a run the CLI drove (library runs and studies skip it: ~0.3 s each)."""
+    from asyncfl.plots import plot_metrics
+
+    plot_metrics([out], out / "metrics.png")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

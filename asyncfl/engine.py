@@ -153,7 +153,7 @@ def default_algorithm(scenario: Scenario, task: Task, aggregator: Aggregator | N
 
         return make_algorithm(scenario, task)
     if aggregator is None:
-        aggregator = ExactAggregator(server.buffer, server.staleness_exponent, num_staleness(scenario))
+        aggregator = ExactAggregator(server.staleness_exponent, num_staleness(scenario))
     return PseudoGradient(aggregator, make_rule(server), server.lr, scenario.client.mu)
 
 

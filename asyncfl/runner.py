@@ -27,7 +27,6 @@ from asyncfl import scenario as scenario_mod
 from asyncfl.checkpoint import CHECKPOINT_NAME
 from asyncfl.engine import UPDATE_FIELDS, Simulation, StepEvent
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
-from asyncfl.plots import plot_metrics
 from asyncfl.scenario import Scenario
 
 
@@ -53,7 +52,6 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
     summary = {**sim.summary(), "status": status, **(extra or {})}
     writer.write_summary(summary)
     run_bias.finish_hook(sim, writer.path)
-    plot_metrics([writer.path], writer.path / "metrics.png")
     return summary
 
 

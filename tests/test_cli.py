@@ -109,7 +109,7 @@ def test_missing_file_and_bad_arguments_exit_2(tmp_path, capsys):
 def test_run_writes_the_run_directory(scenario_file, tmp_path):
     out = tmp_path / "run"
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
-    for name in ("scenario.toml", "metrics.csv", "updates.csv", "counts.npz", "summary.json", "model.pt"):
+    for name in ("scenario.toml", "metrics.csv", "updates.csv", "counts.npz", "summary.json", "model.pt", "metrics.png", "bias.json"):
         assert (out / name).is_file(), name
     metrics = read_csv(out / "metrics.csv")
     assert list(metrics[0]) == list(METRIC_FIELDS)

@@ -164,7 +164,7 @@ def test_tiny_noise_matches_exact_aggregator():
     cfg = PrivacyConfig(enabled=True, clip=1e3, noise_multiplier=1e-9, gamma=1e3, counts="project")
     C, N, L, p, d = 5, 20, 4, 0.7, 8
     setup, agg = build_privacy(cfg, buffer=C, clients=N, steps=50, max_staleness=L - 1, exponent=p)
-    exact = ExactAggregator(buffer=C, exponent=p, num_staleness=L)
+    exact = ExactAggregator(exponent=p, num_staleness=L)
     rng = np.random.default_rng(3)
     for step in range(1, 20):
         ups = _updates(rng, rng.integers(0, L, C), d, scale=5.0, dtype=torch.float32)

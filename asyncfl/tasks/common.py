@@ -8,7 +8,7 @@ global torch state is untouched). Same seed ⇒ bit-identical data and ``initial
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -17,6 +17,9 @@ from torch import nn
 
 from asyncfl.errors import ScenarioError
 from asyncfl.tasks.base import ClientData
+
+if TYPE_CHECKING:
+    from asyncfl.tasks.base import Task
 
 MIN_SAMPLES_PER_CLIENT = 5  # target minimum of a Dirichlet split (lowered if data is scarce)
 
@@ -132,6 +135,17 @@ def non_iid_clients(x: np.ndarray, y: np.ndarray, num_clients: int, alpha: float
     parts = dirichlet_split(y[train], num_clients, alpha, rng)
     X, Y = torch.from_numpy(x), torch.from_numpy(y)
     return [ClientData(X[train[p]], Y[train[p]]) for p in parts], ClientData(X[test], Y[test])
+
+
+def non_iid_classifier(name: str, x: np.ndarray, y: np.ndarray, cfg: Any, make_model: Callable[[], nn.Module],
+                       num_clients: int, rng: np.random.Generator, torch_seed: int) -> "Task":
+    """A cross-entropy classification task split by :func:`non_iid_clients` with the config's
+    ``dirichlet_alpha`` and ``test_fraction`` (``digits``, ``mnist1d``)."""
+    from asyncfl.tasks.base import Task
+
+    clients, test = non_iid_clients(x, y, num_clients, cfg.dirichlet_alpha, cfg.test_fraction, rng)
+    return Task(name=name, model=seeded_model(make_model, torch_seed, torch.float32), clients=clients,
+                test=test, loss_fn=cross_entropy, classification=True)
 
 
 def label_entropy(y: np.ndarray, classes: int) -> float:

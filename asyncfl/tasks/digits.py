@@ -14,13 +14,12 @@ Models (per-sample cross entropy): ``logreg`` = ``Linear(64, 10)``; ``mlp`` =
 from __future__ import annotations
 
 import numpy as np
-import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
 from asyncfl.scenario import DigitsTask
 from asyncfl.tasks.base import Task
-from asyncfl.tasks.common import Reshape, cross_entropy, mlp, non_iid_clients, seeded_model, task_streams
+from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
 
 CLASSES = 10
 
@@ -47,12 +46,4 @@ def build_digits(cfg: DigitsTask, num_clients: int, seed: int) -> Task:
     """Build the digits task (see module docstring)."""
     rng, torch_seed = task_streams(seed)
     x, y = digits_arrays()
-    clients, test = non_iid_clients(x, y, num_clients, cfg.dirichlet_alpha, cfg.test_fraction, rng)
-    return Task(
-        name="digits",
-        model=seeded_model(lambda: digits_model(cfg.model, cfg.hidden), torch_seed, torch.float32),
-        clients=clients,
-        test=test,
-        loss_fn=cross_entropy,
-        classification=True,
-    )
+    return non_iid_classifier("digits", x, y, cfg, lambda: digits_model(cfg.model, cfg.hidden), num_clients, rng, torch_seed)

@@ -23,13 +23,12 @@ MaxPool(2) − Flatten − Linear(16·10, 10)`` (``hidden`` is used by ``mlp`` o
 from __future__ import annotations
 
 import numpy as np
-import torch
 from scipy.ndimage import convolve1d
 from torch import nn
 
 from asyncfl.scenario import MNIST1DTask
 from asyncfl.tasks.base import Task
-from asyncfl.tasks.common import Reshape, cross_entropy, mlp, non_iid_clients, seeded_model, task_streams
+from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
 
 CLASSES = 10
 LENGTH = 40
@@ -98,12 +97,4 @@ def build_mnist1d(cfg: MNIST1DTask, num_clients: int, seed: int) -> Task:
     """Build the mnist1d task (see module docstring)."""
     rng, torch_seed = task_streams(seed)
     x, y = mnist1d_arrays(cfg.samples, rng)
-    clients, test = non_iid_clients(x, y, num_clients, cfg.dirichlet_alpha, cfg.test_fraction, rng)
-    return Task(
-        name="mnist1d",
-        model=seeded_model(lambda: mnist1d_model(cfg.model, cfg.hidden), torch_seed, torch.float32),
-        clients=clients,
-        test=test,
-        loss_fn=cross_entropy,
-        classification=True,
-    )
+    return non_iid_classifier("mnist1d", x, y, cfg, lambda: mnist1d_model(cfg.model, cfg.hidden), num_clients, rng, torch_seed)
