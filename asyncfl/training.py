@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -100,7 +101,7 @@ def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[t
 
     Jobs are grouped by (start tensor, centre tensor, μ, number of steps): within a group every
     client starts from the same model and takes the same number of steps, so the group is one
-    stacked ``(G, d)`` parameter tensor updated by a vmapped gradient per step. Each client's
+    stacked ``(G, d)`` parameter tensor updated by a batched gradient per step. Each client's
     mini-batches are exactly ``batch_schedule`` with its own generator (the same random stream
     as :func:`local_train`); batches of unequal size (different ``n_k``, the last batch of an
     epoch, full batches) are padded with a real sample and masked out of the mean. The result
@@ -108,49 +109,78 @@ def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[t
     """
     if cfg.solver == "exact" or not jobs:
         return [local_train(task, cfg, job) for job in jobs]
-    schedules = [batch_schedule(len(task.clients[j.client]), cfg, torch.Generator().manual_seed(j.seed)) for j in jobs]
     groups: dict[tuple, list[int]] = {}
-    for i, (job, sched) in enumerate(zip(jobs, schedules)):
+    for i, job in enumerate(jobs):
         # id() is safe here: the jobs hold their tensors alive for the whole call
-        groups.setdefault((id(job.start), id(job.centre), job.mu, len(sched)), []).append(i)
+        steps = local_steps_count(len(task.clients[job.client]), cfg)
+        groups.setdefault((id(job.start), id(job.centre), job.mu, steps), []).append(i)
     out: list[torch.Tensor] = [None] * len(jobs)  # type: ignore[list-item]
+    fused = mlp_layers(task) is not None
     for members in groups.values():
-        if len(members) == 1:  # nothing to batch: the plain loop is cheaper than vmap set-up
+        if len(members) == 1:  # nothing to batch: the plain loop is cheaper than the set-up
             out[members[0]] = local_train(task, cfg, jobs[members[0]])
             continue
-        train = _train_group_mlp if mlp_layers(task) is not None else _train_group
-        thetas = train(task, cfg, [jobs[i] for i in members], [schedules[i] for i in members])
+        group = [jobs[i] for i in members]
+        thetas = (_train_group_mlp if fused else _train_group)(task, cfg, group, _group_batches(task, cfg, group))
         for i, theta in zip(members, thetas.unbind(0)):
             out[i] = theta
     return out
 
 
-def _group_batches(task: Task, jobs: list[LocalJob], schedules: list[list]):
-    """Every step's batch of every client, padded to the largest batch: ``X (G, steps, width, ...)``,
-    ``Y``, the ``mask`` of real samples and each client's objective ``scale``."""
-    datas = [task.clients[j.client] for j in jobs]
-    G, steps = len(jobs), len(schedules[0])
-    # index of every sample of every step, padded to the largest batch, and its mask
-    full = [torch.arange(len(d)) for d in datas]
-    sets = [[full[g] if idx is None else idx for idx in sched] for g, sched in enumerate(schedules)]
-    flat = [ix for s in sets for ix in s]  # (G · steps) index sets, client-major
-    lengths = torch.tensor([int(ix.numel()) for ix in flat])
-    index = torch.nn.utils.rnn.pad_sequence(flat, batch_first=True).view(G, steps, -1)  # pads with sample 0
-    width = index.shape[-1]
-    mask = (torch.arange(width) < lengths[:, None]).to(task.dtype).view(G, steps, width)
-    # gather every step's batch of every client in one indexing op on the pooled data:
-    # (G, steps, width, ...)
+class GroupBatches(NamedTuple):
+    """Every local step's mini-batch of every job of a group, padded to the widest batch."""
+
+    x: torch.Tensor  # (G, steps, width, ...) inputs
+    y: torch.Tensor  # (G, steps, width, ...) targets
+    mask: torch.Tensor  # (G, steps, width): 1 for a real sample, 0 for padding
+    scale: torch.Tensor  # (G,) objective_scale of each job's client
+
+
+def group_indices(sizes: list[int], seeds: list[int], cfg: ClientConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(index, lengths)``: row ``index[g, s, :lengths[g, s]]`` is ``batch_schedule(sizes[g], cfg,
+    Generator(seeds[g]))[s]`` (``arange(n)`` for a full batch), padded with sample 0 to a common
+    width. All jobs must take the same number of steps. One ``randperm`` per job and pass over
+    its data, written into one preallocated tensor (no per-batch tensors)."""
+    steps = local_steps_count(sizes[0], cfg)
+    sizes_of = [cfg.batch_size if cfg.batch_size is not None and cfg.batch_size < n else None for n in sizes]
+    # a full-batch job has n ≤ batch_size, so the width is batch_size as soon as one job samples
+    width = max(n if s is None else s for n, s in zip(sizes, sizes_of))
+    index = torch.zeros(len(sizes), steps, width, dtype=torch.long)
+    lengths: list[list[int]] = []
+    for g, (n, size, seed) in enumerate(zip(sizes, sizes_of, seeds)):
+        if size is None:  # full batches, no randomness drawn
+            index[g, :, :n] = torch.arange(n)
+            lengths.append([n] * steps)
+            continue
+        generator = torch.Generator().manual_seed(seed)
+        if cfg.epochs is not None:  # each epoch: a fresh permutation in chunks of `size`, the last one short
+            per_epoch = math.ceil(n / size)
+            perms = torch.stack([torch.randperm(n, generator=generator) for _ in range(cfg.epochs)])
+            index[g].view(cfg.epochs, per_epoch * size)[:, :n] = perms  # width == size here
+            last = n - (per_epoch - 1) * size
+            lengths.append(([size] * (per_epoch - 1) + [last]) * cfg.epochs)
+        else:  # local_steps: consecutive chunks of a stream of permutations
+            passes = math.ceil(steps * size / n)
+            stream = torch.cat([torch.randperm(n, generator=generator) for _ in range(passes)])
+            index[g, :, :size] = stream[: steps * size].view(steps, size)
+            lengths.append([size] * steps)
+    return index, torch.tensor(lengths)
+
+
+def _group_batches(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> GroupBatches:
+    """Gather every step's batch of every job in one indexing op on the pooled training data."""
+    index, lengths = group_indices([len(task.clients[j.client]) for j in jobs], [j.seed for j in jobs], cfg)
+    mask = (torch.arange(index.shape[-1]) < lengths[..., None]).to(task.dtype)
     pooled = task.pooled_training_data()
     rows = index + task.client_offsets()[torch.tensor([j.client for j in jobs])][:, None, None]
-    X, Y = pooled.x[rows], pooled.y[rows]
     scale = torch.tensor([task.objective_scale(j.client) for j in jobs], dtype=task.dtype)
-    return X, Y, mask, scale
+    return GroupBatches(pooled.x[rows], pooled.y[rows], mask, scale)
 
 
-def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], schedules: list[list]) -> torch.Tensor:
+def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batches: GroupBatches) -> torch.Tensor:
     """Train ``G`` jobs sharing start, centre, μ and step count; returns ``(G, d)``."""
-    G, steps = len(jobs), len(schedules[0])
-    X, Y, mask, scale = _group_batches(task, jobs, schedules)
+    G, steps = batches.mask.shape[:2]
+    X, Y, mask, scale = batches
     mu, centre = jobs[0].mu, jobs[0].centre
 
     def objective(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -198,7 +228,7 @@ def mlp_layers(task: Task) -> list[tuple[str, str]] | None:
     return layers if len(modules) % 2 == 1 else None
 
 
-def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], schedules: list[list]) -> torch.Tensor:
+def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batches: GroupBatches) -> torch.Tensor:
     """:func:`_train_group` for MLP classifiers, with the forward and backward pass written out
     as batched matrix products (no autograd, no vmap: the per-op overhead of those dominated
     these small models). Per step and client ``g`` with batch mask ``m``:
@@ -207,35 +237,44 @@ def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], schedu
     ``∂W_l = ∂z_lᵀ a_{l−1}``, ``∂b_l = Σ ∂z_l``, ``∂a_{l−1} = ∂z_l W_l``, ``∂z_{l−1} = ∂a_{l−1} ⊙ [z_{l−1} > 0]``;
     plus ``l2 θ`` and ``μ (θ − centre)``. Equal to autograd on the same objective up to float
     round-off (``tests/test_perf.py`` compares both against per-client training).
+
+    Each layer's weights and biases live in their own contiguous ``(G, …)`` tensors during the
+    steps (a strided view into the flat ``(G, d)`` layout sends ``bmm`` to a per-client loop),
+    and are written back to the flat layout once at the end. Softmax is written out as
+    ``exp(z − max) / Σ``: torch's kernel is ~4× slower on rows of 10 classes.
     """
     layers = mlp_layers(task)
     assert layers is not None
-    G, steps = len(jobs), len(schedules[0])
-    X, Y, mask, scale = _group_batches(task, jobs, schedules)
+    X, Y, mask, scale = batches
+    G, steps, width = mask.shape
     weight = scale[:, None, None] * mask / mask.sum(dim=2, keepdim=True)  # (G, steps, width)
-    classes = dict(task.model.named_parameters())[layers[-1][0]].shape[0]
-    onehot = torch.nn.functional.one_hot(Y, num_classes=classes).to(task.dtype)
-    mu, centre, l2 = jobs[0].mu, jobs[0].centre, task.l2
-    theta = jobs[0].start.detach().expand(G, -1).clone()
-    grad = torch.empty_like(theta)
-    grad_views = task.unflatten(grad)
+    start, centre = task.unflatten(jobs[0].start.detach()), task.unflatten(jobs[0].centre.detach())
+    names = [w for w, _ in layers] + [b for _, b in layers]
+    params = [start[n].expand(G, *start[n].shape).contiguous() for n in names]  # W_1..W_L, b_1..b_L
+    grads = [torch.empty_like(p) for p in params]
+    centres = [centre[n] for n in names]
+    Ws, bs, gWs, gbs = params[: len(layers)], params[len(layers):], grads[: len(layers)], grads[len(layers):]
+    onehot_w = torch.nn.functional.one_hot(Y, num_classes=Ws[-1].shape[1]).to(task.dtype) * weight[..., None]
+    X = X.reshape(G, steps, width, -1)
+    mu, l2, last = jobs[0].mu, task.l2, len(layers) - 1
     for t in range(steps):
-        params = task.unflatten(theta)
-        acts, pre = [X[:, t].reshape(G, X.shape[2], -1)], []
-        for i, (w_name, b_name) in enumerate(layers):
-            z = torch.baddbmm(params[b_name].unsqueeze(1), acts[-1], params[w_name].transpose(1, 2))
+        acts, pre = [X[:, t]], []
+        for i, (W, b) in enumerate(zip(Ws, bs)):
+            z = torch.baddbmm(b.unsqueeze(1), acts[-1], W.transpose(1, 2))
             pre.append(z)
-            acts.append(torch.relu(z) if i < len(layers) - 1 else z)
-        dz = (torch.softmax(pre[-1], dim=-1) - onehot[:, t]) * weight[:, t, :, None]
-        for i in range(len(layers) - 1, -1, -1):
-            w_name, b_name = layers[i]
-            torch.bmm(dz.transpose(1, 2), acts[i], out=grad_views[w_name])
-            torch.sum(dz, dim=1, out=grad_views[b_name])
+            acts.append(torch.relu(z) if i < last else z)
+        e = (pre[-1] - pre[-1].amax(-1, keepdim=True)).exp_()
+        dz = e.mul_(weight[:, t, :, None] / e.sum(-1, keepdim=True)).sub_(onehot_w[:, t])
+        for i in range(last, -1, -1):
+            torch.bmm(dz.transpose(1, 2), acts[i], out=gWs[i])
+            torch.sum(dz, dim=1, out=gbs[i])
             if i:
-                dz = torch.bmm(dz, params[w_name]) * (pre[i - 1] > 0)
-        if l2:
-            grad.add_(theta, alpha=l2)
-        if mu > 0:
-            grad.add_(theta - centre, alpha=mu)
-        theta = theta - cfg.lr * grad
-    return theta
+                dz = torch.ops.aten.threshold_backward(torch.bmm(dz, Ws[i]), pre[i - 1], 0)
+        for p, g, c in zip(params, grads, centres):
+            if l2:
+                g.add_(p, alpha=l2)
+            if mu > 0:
+                g.add_(p - c, alpha=mu)
+            p.add_(g, alpha=-cfg.lr)
+    flat = {n: p.reshape(G, -1) for n, p in zip(names, params)}
+    return torch.cat([flat[n] for n in task.unflatten(jobs[0].start)], dim=1)

@@ -14,7 +14,7 @@ from asyncfl.engine import Simulation, run_blocking
 from asyncfl.errors import ScenarioError
 from asyncfl.executors import BatchedExecutor, NullExecutor, make_executor
 from asyncfl.tasks import build_task
-from asyncfl.training import LocalJob, local_train, train_batched
+from asyncfl.training import LocalJob, batch_schedule, group_indices, local_steps_count, local_train, train_batched
 
 from conftest import make_scenario
 
@@ -45,6 +45,32 @@ def test_batched_training_equals_per_client_training(task_cfg, client):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
     if task_cfg["name"] == "synthetic":
         assert len({len(task.clients[j.client]) for j in jobs}) > 3  # unequal data sizes covered
+
+
+@pytest.mark.parametrize("client", [
+    {"batch_size": 10, "epochs": 3},  # n = 23 → chunks 10, 10, 3 per epoch
+    {"batch_size": 7, "local_steps": 9},  # the stream runs over several passes
+    {"batch_size": 30, "local_steps": 4},  # n ≤ 30: full batches mixed with sampled ones
+    {"local_steps": 2},  # full batches only
+])
+def test_group_indices_are_every_jobs_batch_schedule(client):
+    """The padded index tensor holds, row for row, the batches ``batch_schedule`` draws from
+    each job's own generator (so batched and per-client training see the same samples)."""
+    cfg = sc.validate({"name": "g", "client": {"lr": 0.1, **client}}).client
+    sizes = [23, 23, 23, 31, 12, 40, 29]
+    steps = local_steps_count(23, cfg)
+    sizes = [n for n in sizes if local_steps_count(n, cfg) == steps]  # one group: equal step counts
+    assert len(sizes) >= 3
+    seeds = [11 * g + 5 for g in range(len(sizes))]
+    index, lengths = group_indices(sizes, seeds, cfg)
+    assert index.shape[:2] == lengths.shape == (len(sizes), steps)
+    for g, (n, seed) in enumerate(zip(sizes, seeds)):
+        schedule = batch_schedule(n, cfg, torch.Generator().manual_seed(seed))
+        for s, batch in enumerate(schedule):
+            want = torch.arange(n) if batch is None else batch
+            assert int(lengths[g, s]) == len(want)
+            assert torch.equal(index[g, s, : len(want)], want)
+            assert not index[g, s, len(want):].any()  # padding points at sample 0 (masked out)
 
 
 def test_batched_executor_trains_pending_jobs_together_and_matches_inline_run():
