@@ -17,11 +17,14 @@ reports the data loss only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 import numpy as np
 import torch
+
+EVAL_CHUNK = 8192  # rows per forward pass in evaluate / train_loss (see Task._sums)
 
 
 @dataclass(frozen=True)
@@ -142,10 +145,10 @@ class Task:
     def evaluate(self, theta: torch.Tensor, data: ClientData | None = None) -> dict[str, float]:
         """Mean per-sample loss (and accuracy for classification) on ``data`` (default: test set)."""
         data = self.test if data is None else data
-        out = self.outputs(theta, data.x)
-        metrics = {"loss": float(self.loss_fn(out, data.y).mean())}
+        loss, terms, correct = self._sums(theta, data)
+        metrics = {"loss": loss / terms if terms else math.nan}
         if self.classification:
-            metrics["accuracy"] = float((out.argmax(dim=-1) == data.y).double().mean())
+            metrics["accuracy"] = correct / max(len(data), 1)
         return metrics
 
     @torch.no_grad()
@@ -155,7 +158,23 @@ class Task:
         pooled = self.pooled_training_data()
         if len(pooled) == 0:
             return float(self.regularizer(theta))
-        return float(self.loss_fn(self.outputs(theta, pooled.x), pooled.y).mean()) + float(self.regularizer(theta))
+        loss, terms, _ = self._sums(theta, pooled)
+        return loss / terms + float(self.regularizer(theta))
+
+    def _sums(self, theta: torch.Tensor, data: ClientData) -> tuple[float, int, float]:
+        """``(Σ loss entries, number of loss entries, Σ correct predictions)`` over ``data`` in float64, in chunks of
+        ``EVAL_CHUNK`` rows: fresh multi-MB activations per call cost page faults that took
+        longer than the arithmetic (train loss on 50k samples: 16 ms whole, 9 ms chunked)."""
+        loss, terms, correct = 0.0, 0, 0.0
+        params = self.unflatten(theta)
+        for start in range(0, len(data), EVAL_CHUNK):
+            x, y = data.x[start : start + EVAL_CHUNK], data.y[start : start + EVAL_CHUNK]
+            out = torch.func.functional_call(self.model, params, (x,))
+            entries = self.loss_fn(out, y)
+            loss, terms = loss + float(entries.sum(dtype=torch.float64)), terms + entries.numel()
+            if self.classification:
+                correct += float((out.argmax(dim=-1) == y).sum())
+        return loss, terms, correct
 
     def pooled_training_data(self) -> ClientData:
         """All clients' training data concatenated in client order (built once, on first use);
