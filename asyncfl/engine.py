@@ -46,6 +46,7 @@ from asyncfl.population import Fleet, build_fleet
 from asyncfl.protocols import FedBuffProtocol, SyncProtocol
 from asyncfl.rules import make_rule
 from asyncfl.scenario import Scenario
+from asyncfl.tensor_checks import all_finite, finite_rows
 from asyncfl.tasks.base import Task
 from asyncfl.training import LocalJob
 
@@ -352,14 +353,6 @@ class Simulation:
             await self._executor.aclose()
 
     # ------------------------------------------------------------------------------------------
-    def _check(self, message: torch.Tensor, finite: bool | None = None) -> str:
-        if not (bool(torch.isfinite(message).all()) if finite is None else finite):
-            return "non-finite"
-        bound = self.scenario.run.max_update_norm
-        if bound is not None and float(message.norm()) > bound:
-            return "norm"
-        return ""
-
     async def _flush(self) -> StepEvent | None:
         assert self._pending_flush is not None
         entries, then = self._pending_flush
@@ -371,9 +364,7 @@ class Simulation:
         step = self.version
         accepted: list[tuple[InFlight, int, torch.Tensor]] = []
         messages = [self.algorithm.client_message(rec.job, local, self.algo_state) for (rec, _), local in zip(entries, locals_)]
-        finite = _all_finite(messages)
-        for (rec, tau), message, ok in zip(entries, messages, finite):
-            reason = self._check(message, ok)
+        for (rec, tau), message, reason in zip(entries, messages, screen(messages, self.scenario.run.max_update_norm)):
             if reason:
                 self.counters.rejected_nonfinite += reason == "non-finite"
                 self.counters.rejected_norm += reason == "norm"
@@ -505,12 +496,21 @@ class Simulation:
         return self._privacy_summary
 
 
-def _all_finite(messages: list[torch.Tensor]) -> list[bool]:
-    """``isfinite(m).all()`` for every message, in one tensor op when they share a shape
-    (performance: per-upload checks cost more than the rest of an arrival with cheap jobs)."""
-    if len(messages) > 1 and all(m.shape == messages[0].shape for m in messages):
-        return torch.isfinite(torch.stack(messages).reshape(len(messages), -1)).all(dim=1).tolist()
-    return [bool(torch.isfinite(m).all()) for m in messages]
+def screen(messages: list[torch.Tensor], max_norm: float | None) -> list[str]:
+    """Why each client message is rejected: ``"non-finite"`` (a NaN or ±Inf entry), ``"norm"``
+    (``‖m‖₂ > max_norm``) or ``""`` (accepted). Messages of one shape are checked in one
+    batched op (per-upload checks used to cost more than the rest of an arrival)."""
+    if not messages:
+        return []
+    if all(m.shape == messages[0].shape for m in messages):
+        block = torch.stack(messages).reshape(len(messages), -1)
+        finite = finite_rows(block).tolist()
+        norms = torch.linalg.vector_norm(block, dim=1).tolist() if max_norm is not None else None
+    else:
+        finite = [all_finite(m) for m in messages]
+        norms = [float(torch.linalg.vector_norm(m)) for m in messages] if max_norm is not None else None
+    return ["non-finite" if not ok else "norm" if norms is not None and norms[i] > max_norm else ""
+            for i, ok in enumerate(finite)]
 
 
 def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from asyncfl.errors import NumericalFault, ScenarioError
+from asyncfl.tensor_checks import all_finite
 
 CountsMode = Literal["raw", "clamp", "project", "simplex"]
 
@@ -34,7 +35,7 @@ def clip(delta: torch.Tensor, S: float) -> torch.Tensor:
     if S <= 0 or not math.isfinite(S):
         raise ValueError(f"clip norm S = {S!r}: must be positive and finite")
     x = delta.detach()
-    if not bool(torch.isfinite(x).all()):
+    if not all_finite(x):
         raise NumericalFault("a client update has non-finite entries; it cannot be clipped")
     x64 = x.to(torch.float64)
     peak = float(x64.abs().max()) if x64.numel() else 0.0
