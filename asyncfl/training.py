@@ -139,32 +139,56 @@ class GroupBatches(NamedTuple):
 def group_indices(sizes: list[int], seeds: list[int], cfg: ClientConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """``(index, lengths)``: row ``index[g, s, :lengths[g, s]]`` is ``batch_schedule(sizes[g], cfg,
     Generator(seeds[g]))[s]`` (``arange(n)`` for a full batch), padded with sample 0 to a common
-    width. All jobs must take the same number of steps. One ``randperm`` per job and pass over
-    its data, written into one preallocated tensor (no per-batch tensors)."""
-    steps = local_steps_count(sizes[0], cfg)
-    sizes_of = [cfg.batch_size if cfg.batch_size is not None and cfg.batch_size < n else None for n in sizes]
+    width. All jobs must take the same number of steps.
+
+    A sampling job draws one permutation per epoch (``epochs``) or per pass over its data
+    (``local_steps``: its batches are consecutive chunks of the concatenated passes); the
+    common case of equal data sizes is laid out with a handful of tensor ops for the group."""
+    steps, b = local_steps_count(sizes[0], cfg), cfg.batch_size
+    sampled = [b is not None and b < n for n in sizes]
     # a full-batch job has n ≤ batch_size, so the width is batch_size as soon as one job samples
-    width = max(n if s is None else s for n, s in zip(sizes, sizes_of))
+    width = b if any(sampled) else max(sizes)
+    generator, streams = torch.Generator(), []
+    for n, seed, sampling in zip(sizes, seeds, sampled):
+        if sampling:
+            generator.manual_seed(seed)
+            draws = cfg.epochs if cfg.epochs is not None else math.ceil(steps * b / n)
+            perms = [torch.randperm(n, generator=generator) for _ in range(draws)]
+            streams.append(perms[0] if draws == 1 else torch.cat(perms))
+    if all(sampled) and len(set(sizes)) == 1:  # the common case, laid out for the whole group
+        n = sizes[0]
+        return _layout(torch.stack(streams), n, steps, b, cfg), _lengths(n, steps, b, cfg).expand(len(sizes), -1)
     index = torch.zeros(len(sizes), steps, width, dtype=torch.long)
-    lengths: list[list[int]] = []
-    for g, (n, size, seed) in enumerate(zip(sizes, sizes_of, seeds)):
-        if size is None:  # full batches, no randomness drawn
+    lengths = torch.empty(len(sizes), steps, dtype=torch.long)
+    stream = iter(streams)
+    for g, (n, sampling) in enumerate(zip(sizes, sampled)):
+        if sampling:
+            index[g, :, :b] = _layout(next(stream)[None], n, steps, b, cfg)[0]
+            lengths[g] = _lengths(n, steps, b, cfg)
+        else:  # full batches, no randomness drawn
             index[g, :, :n] = torch.arange(n)
-            lengths.append([n] * steps)
-            continue
-        generator = torch.Generator().manual_seed(seed)
-        if cfg.epochs is not None:  # each epoch: a fresh permutation in chunks of `size`, the last one short
-            per_epoch = math.ceil(n / size)
-            perms = torch.stack([torch.randperm(n, generator=generator) for _ in range(cfg.epochs)])
-            index[g].view(cfg.epochs, per_epoch * size)[:, :n] = perms  # width == size here
-            last = n - (per_epoch - 1) * size
-            lengths.append(([size] * (per_epoch - 1) + [last]) * cfg.epochs)
-        else:  # local_steps: consecutive chunks of a stream of permutations
-            passes = math.ceil(steps * size / n)
-            stream = torch.cat([torch.randperm(n, generator=generator) for _ in range(passes)])
-            index[g, :, :size] = stream[: steps * size].view(steps, size)
-            lengths.append([size] * steps)
-    return index, torch.tensor(lengths)
+            lengths[g] = n
+    return index, lengths
+
+
+def _layout(streams: torch.Tensor, n: int, steps: int, b: int, cfg: ClientConfig) -> torch.Tensor:
+    """``(G, steps, b)`` batches from ``(G, draws · n)`` permutation streams of jobs holding ``n``
+    samples each (see :func:`batch_schedule`): per epoch, chunks of ``b`` with a short last one
+    (padded with 0); with ``local_steps``, consecutive chunks of the stream."""
+    G = streams.shape[0]
+    if cfg.epochs is None:
+        return streams[:, : steps * b].reshape(G, steps, b)
+    per_epoch = math.ceil(n / b)
+    padded = torch.nn.functional.pad(streams.view(G, cfg.epochs, n), (0, per_epoch * b - n))
+    return padded.view(G, steps, b)
+
+
+def _lengths(n: int, steps: int, b: int, cfg: ClientConfig) -> torch.Tensor:
+    """Real samples in each of the ``steps`` batches of a sampling job holding ``n`` samples."""
+    if cfg.epochs is None:
+        return torch.full((steps,), b, dtype=torch.long)
+    per_epoch = math.ceil(n / b)
+    return torch.tensor(([b] * (per_epoch - 1) + [n - (per_epoch - 1) * b]) * cfg.epochs)
 
 
 def _group_batches(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> GroupBatches:
@@ -172,9 +196,11 @@ def _group_batches(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> Group
     index, lengths = group_indices([len(task.clients[j.client]) for j in jobs], [j.seed for j in jobs], cfg)
     mask = (torch.arange(index.shape[-1]) < lengths[..., None]).to(task.dtype)
     pooled = task.pooled_training_data()
-    rows = index + task.client_offsets()[torch.tensor([j.client for j in jobs])][:, None, None]
+    rows = (index + task.client_offsets()[torch.tensor([j.client for j in jobs])][:, None, None]).view(-1)
     scale = torch.tensor([task.objective_scale(j.client) for j in jobs], dtype=task.dtype)
-    return GroupBatches(pooled.x[rows], pooled.y[rows], mask, scale)
+    x = pooled.x.index_select(0, rows).view(*index.shape, *pooled.x.shape[1:])  # ~4x faster than x[rows]
+    y = pooled.y.index_select(0, rows).view(*index.shape, *pooled.y.shape[1:])
+    return GroupBatches(x, y, mask, scale)
 
 
 def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batches: GroupBatches) -> torch.Tensor:
@@ -238,10 +264,12 @@ def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batche
     plus ``l2 θ`` and ``μ (θ − centre)``. Equal to autograd on the same objective up to float
     round-off (``tests/test_perf.py`` compares both against per-client training).
 
-    Each layer's weights and biases live in their own contiguous ``(G, …)`` tensors during the
-    steps (a strided view into the flat ``(G, d)`` layout sends ``bmm`` to a per-client loop),
-    and are written back to the flat layout once at the end. Softmax is written out as
-    ``exp(z − max) / Σ``: torch's kernel is ~4× slower on rows of 10 classes.
+    During the steps the ``G`` models live in one layer-major buffer (all clients' ``W_1``, then
+    all ``W_2``, …, then the biases): every parameter is a contiguous ``(G, …)`` view, as
+    ``bmm`` needs to run as one batched product (a strided view into the client-major
+    ``(G, d)`` layout sends it to a per-client loop), and a step updates the whole buffer with
+    one op. The result is written back to the ``(G, d)`` layout at the end. Softmax is written
+    out as ``exp(z − max) / Σ``: torch's kernel is ~4× slower on rows of 10 classes.
     """
     layers = mlp_layers(task)
     assert layers is not None
@@ -249,32 +277,36 @@ def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batche
     G, steps, width = mask.shape
     weight = scale[:, None, None] * mask / mask.sum(dim=2, keepdim=True)  # (G, steps, width)
     start, centre = task.unflatten(jobs[0].start.detach()), task.unflatten(jobs[0].centre.detach())
-    names = [w for w, _ in layers] + [b for _, b in layers]
-    params = [start[n].expand(G, *start[n].shape).contiguous() for n in names]  # W_1..W_L, b_1..b_L
-    grads = [torch.empty_like(p) for p in params]
-    centres = [centre[n] for n in names]
-    Ws, bs, gWs, gbs = params[: len(layers)], params[len(layers):], grads[: len(layers)], grads[len(layers):]
-    onehot_w = torch.nn.functional.one_hot(Y, num_classes=Ws[-1].shape[1]).to(task.dtype) * weight[..., None]
+    names = [w for w, _ in layers] + [b for _, b in layers]  # W_1..W_L, b_1..b_L
+    theta = torch.cat([start[n].reshape(1, -1).expand(G, -1).reshape(-1) for n in names])
+    grad = torch.empty_like(theta)
+    sizes = [G * start[n].numel() for n in names]
+    params = [v.view(G, *start[n].shape) for n, v in zip(names, theta.split(sizes))]
+    grads = [v.view(G, *start[n].shape) for n, v in zip(names, grad.split(sizes))]
+    L = len(layers)
+    Ws, bs, gWs, gbs = params[:L], params[L:], grads[:L], grads[L:]
+    mu, l2 = jobs[0].mu, task.l2
+    if mu > 0:
+        centre_buffer = torch.cat([centre[n].reshape(1, -1).expand(G, -1).reshape(-1) for n in names])
+    minus_onehot_w = torch.nn.functional.one_hot(Y, num_classes=Ws[-1].shape[1]).to(task.dtype).mul_(-weight[..., None])
     X = X.reshape(G, steps, width, -1)
-    mu, l2, last = jobs[0].mu, task.l2, len(layers) - 1
     for t in range(steps):
         acts, pre = [X[:, t]], []
-        for i, (W, b) in enumerate(zip(Ws, bs)):
-            z = torch.baddbmm(b.unsqueeze(1), acts[-1], W.transpose(1, 2))
+        for i in range(L):
+            z = torch.baddbmm(bs[i].unsqueeze(1), acts[-1], Ws[i].transpose(1, 2))
             pre.append(z)
-            acts.append(torch.relu(z) if i < last else z)
+            acts.append(torch.relu(z) if i < L - 1 else z)
         e = (pre[-1] - pre[-1].amax(-1, keepdim=True)).exp_()
-        dz = e.mul_(weight[:, t, :, None] / e.sum(-1, keepdim=True)).sub_(onehot_w[:, t])
-        for i in range(last, -1, -1):
+        dz = torch.addcmul(minus_onehot_w[:, t], e, weight[:, t, :, None] / e.sum(-1, keepdim=True))
+        for i in range(L - 1, -1, -1):
             torch.bmm(dz.transpose(1, 2), acts[i], out=gWs[i])
             torch.sum(dz, dim=1, out=gbs[i])
             if i:
                 dz = torch.ops.aten.threshold_backward(torch.bmm(dz, Ws[i]), pre[i - 1], 0)
-        for p, g, c in zip(params, grads, centres):
-            if l2:
-                g.add_(p, alpha=l2)
-            if mu > 0:
-                g.add_(p - c, alpha=mu)
-            p.add_(g, alpha=-cfg.lr)
+        if l2:
+            grad.add_(theta, alpha=l2)
+        if mu > 0:
+            grad.add_(theta - centre_buffer, alpha=mu)
+        theta.add_(grad, alpha=-cfg.lr)
     flat = {n: p.reshape(G, -1) for n, p in zip(names, params)}
     return torch.cat([flat[n] for n in task.unflatten(jobs[0].start)], dim=1)

@@ -53,11 +53,11 @@ def test_batched_training_equals_per_client_training(task_cfg, client):
     {"batch_size": 30, "local_steps": 4},  # n ≤ 30: full batches mixed with sampled ones
     {"local_steps": 2},  # full batches only
 ])
-def test_group_indices_are_every_jobs_batch_schedule(client):
+@pytest.mark.parametrize("sizes", [[23] * 5, [23, 23, 23, 31, 12, 40, 29]])  # equal sizes take a fast path
+def test_group_indices_are_every_jobs_batch_schedule(client, sizes):
     """The padded index tensor holds, row for row, the batches ``batch_schedule`` draws from
     each job's own generator (so batched and per-client training see the same samples)."""
     cfg = sc.validate({"name": "g", "client": {"lr": 0.1, **client}}).client
-    sizes = [23, 23, 23, 31, 12, 40, 29]
     steps = local_steps_count(23, cfg)
     sizes = [n for n in sizes if local_steps_count(n, cfg) == steps]  # one group: equal step counts
     assert len(sizes) >= 3
@@ -160,3 +160,21 @@ def test_thread_workers_do_not_share_a_module():
     inline = _executor_run("inline", **overrides)
     for _ in range(2):
         _same_run(inline, _executor_run("threads", **overrides))
+
+
+def test_batched_client_messages_equal_the_per_upload_messages_bit_for_bit():
+    """``Δ = θ_s − θ_local`` over stacked tensors (uploads of several model versions) is the
+    same elementwise subtraction as one upload at a time."""
+    from asyncfl.engine import default_algorithm
+
+    scenario = make_scenario()
+    task = build_task(scenario.task, scenario.population.clients, scenario.seed)
+    algorithm = default_algorithm(scenario, task, None)
+    state = algorithm.init(task.initial_theta)
+    g = torch.Generator().manual_seed(0)
+    versions = [task.initial_theta + torch.randn(task.dim, generator=g) for _ in range(3)]
+    jobs = [LocalJob(k, versions[k % 3], versions[k % 3], 0.0, k) for k in range(7)]
+    locals_ = [torch.randn(task.dim, generator=g, dtype=task.dtype) for _ in jobs]
+    want = [algorithm.client_message(j, l, state) for j, l in zip(jobs, locals_)]
+    got = algorithm.client_messages(jobs, locals_, state)
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
