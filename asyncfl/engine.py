@@ -363,7 +363,10 @@ class Simulation:
             locals_ = await asyncio.gather(*futures)
         step = self.version
         accepted: list[tuple[InFlight, int, torch.Tensor]] = []
-        messages = [self.algorithm.client_message(rec.job, local, self.algo_state) for (rec, _), local in zip(entries, locals_)]
+        batch = getattr(self.algorithm, "client_messages", None)  # optional batched form
+        jobs = [rec.job for rec, _ in entries]
+        messages = (batch(jobs, locals_, self.algo_state) if batch is not None else
+                    [self.algorithm.client_message(job, local, self.algo_state) for job, local in zip(jobs, locals_)])
         for (rec, tau), message, reason in zip(entries, messages, screen(messages, self.scenario.run.max_update_norm)):
             if reason:
                 self.counters.rejected_nonfinite += reason == "non-finite"
@@ -424,7 +427,7 @@ class Simulation:
             "wall_time": self.wall_time,
             "loss": metrics["loss"],
             "accuracy": metrics.get("accuracy", math.nan),
-            "train_loss": self.task.train_loss(self.theta),
+            "train_loss": self.task.train_loss(self.theta) if self.scenario.run.train_loss else math.nan,
             "staleness_mean": float(np.mean(self._eval_staleness)) if self._eval_staleness else math.nan,
             "staleness_max": float(np.max(self._eval_staleness)) if self._eval_staleness else math.nan,
         }

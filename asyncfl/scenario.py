@@ -253,6 +253,9 @@ class RunConfig(Section):
 
     steps: Annotated[int, Field(ge=1, le=10**9)] = 100
     eval_every: PosInt = 10
+    # also evaluate the training objective over every client's data (one forward pass over the
+    # whole population's samples per evaluation); off: metrics.csv leaves train_loss empty
+    train_loss: bool = True
     executor: Literal["inline", "threads", "processes", "ray"] = "inline"
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
     batched: bool = False  # train clients of one model version together (torch.func.vmap)

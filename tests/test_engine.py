@@ -3,7 +3,9 @@ and against invariants that must hold on every run."""
 
 from __future__ import annotations
 
+import asyncio
 import heapq
+import math
 
 import numpy as np
 import pytest
@@ -179,3 +181,13 @@ def test_training_reduces_the_loss_on_the_quadratic_task():
     first, last = sim.sink.metrics[0], sim.sink.metrics[-1]
     optimum = sim.task.train_loss(sim.task.quadratic.pooled_solution())  # F* of the pooled problem
     assert last["train_loss"] - optimum < 0.1 * (first["train_loss"] - optimum)
+
+
+def test_train_loss_off_skips_the_pass_over_all_clients_and_changes_nothing_else(monkeypatch):
+    on = run_blocking(make_scenario())
+    sim = Simulation(make_scenario({"run.train_loss": False}))
+    monkeypatch.setattr(type(sim.task), "train_loss", lambda self, theta: pytest.fail("train_loss evaluated"))
+    asyncio.run(sim.run())
+    assert all(math.isnan(row["train_loss"]) for row in sim.sink.metrics)
+    assert [r["loss"] for r in sim.sink.metrics] == [r["loss"] for r in on.sink.metrics]
+    assert sim.sink.updates == on.sink.updates and bool((sim.theta == on.theta).all())
