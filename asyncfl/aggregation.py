@@ -60,6 +60,13 @@ def weight_matrix(by_staleness: np.ndarray, exponent: float, buffer: int) -> np.
     return W
 
 
+def weighted_sum(weights: np.ndarray, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``Σ_k weights[k] · tensors[k]`` (tensors of one shape) as one matrix-vector product over
+    the stacked tensors: a loop of ``add_`` cost ~3 µs per update in op overhead."""
+    block = torch.stack(list(tensors)).reshape(len(tensors), -1)
+    return (torch.as_tensor(weights, dtype=block.dtype) @ block).reshape(tensors[0].shape)
+
+
 class Aggregator(Protocol):
     """Turns the buffered updates of step ``t`` into the :class:`Aggregate` the rule sees."""
 
@@ -82,8 +89,5 @@ class ExactAggregator:
         length = self.num_staleness or int(taus.max(initial=0)) + 1
         counts = np.bincount(taus, minlength=length)
         w = staleness_weight(taus, self.exponent)
-        r = torch.zeros_like(updates[0].delta)
-        for weight, update in zip(w, updates):
-            r.add_(update.delta, alpha=float(weight))
-        r.div_(len(updates))
+        r = weighted_sum(w, [u.delta for u in updates]).div_(len(updates))
         return Aggregate(step=step, r=r, weights=weight_row(counts, len(updates), self.exponent))
