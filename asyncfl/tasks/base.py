@@ -181,9 +181,8 @@ class Task:
         client ``k``'s samples are rows ``client_offsets()[k] :`` of it."""
         pooled = self.__dict__.get("_pooled")
         if pooled is None:
-            pooled = self.__dict__["_pooled"] = ClientData(
-                torch.cat([d.x for d in self.clients]), torch.cat([d.y for d in self.clients])
-            )
+            parts = self.clients or [ClientData(self.test.x[:0], self.test.y[:0])]  # no clients: empty
+            pooled = self.__dict__["_pooled"] = ClientData(torch.cat([d.x for d in parts]), torch.cat([d.y for d in parts]))
         return pooled
 
     def client_offsets(self) -> torch.Tensor:

@@ -1,0 +1,25 @@
+"""The benchmarks are run on demand, not in CI, so their building blocks are smoke-tested here at
+toy sizes: a benchmark that no longer runs is found by the test command, not by its next user."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import throughput
+from benchmarks.common import engine_scenario, heapq_fedbuff
+from benchmarks.engine import run_engine
+
+
+def test_engine_benchmark_runs_the_same_arrivals_as_its_heapq_reference():
+    scenario = engine_scenario(clients=200, concurrency=20, buffer=5, steps=30)
+    arrivals, seconds = run_engine(scenario)
+    assert arrivals == heapq_fedbuff(scenario) >= 5 * 30 and seconds > 0
+
+
+@pytest.mark.parametrize("protocol", ["sync", "fedbuff"])
+def test_throughput_benchmark_runs_its_workload(monkeypatch, protocol):
+    monkeypatch.setattr(throughput, "ROUNDS", 3)
+    total, steady = throughput.run_asyncfl(protocol, "batched", workers=1)
+    assert total > 0 and steady > 0
+    assert throughput.best_of(2, lambda: (1.0, 4.0)) == (1.0, 4.0)
+    assert throughput.best_of(3, lambda: None) is None
