@@ -35,20 +35,21 @@ class Arrival:
     scheduled at dispatch, in dispatch order, exactly as the process's first ``yield`` did.
     It fires at exactly ``end`` (:func:`timeout_at`: a resumed run restarts the wait from the
     checkpoint's clock and must see the same times). An infinite ``end`` (a replayed straggler
-    that never arrives) schedules nothing. ``interrupt()`` cancels it.
+    that never arrives) schedules nothing. ``interrupt()`` cancels it. At ``end`` it calls
+    ``on_arrival(arg)``.
     """
 
-    __slots__ = ("cancelled", "on_arrival")
+    __slots__ = ("cancelled", "on_arrival", "arg")
 
-    def __init__(self, env: simpy.Environment, end: float, on_arrival: Callable[[], None]) -> None:
+    def __init__(self, env: simpy.Environment, end: float, on_arrival: Callable[[Any], None], arg: Any = None) -> None:
         self.cancelled = False
-        self.on_arrival = on_arrival
+        self.on_arrival, self.arg = on_arrival, arg
         if not math.isinf(end):
             timeout_at(env, end).callbacks.append(self._fire)
 
     def _fire(self, _event: Any) -> None:
         if not self.cancelled:
-            self.on_arrival()
+            self.on_arrival(self.arg)
 
     def interrupt(self) -> None:
         self.cancelled = True

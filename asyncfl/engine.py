@@ -69,7 +69,7 @@ class UpdateRow(NamedTuple):
     dispatch: int  # the dispatch's sequence number (1, 2, …): trace replay restores this order
 
 
-@dataclass
+@dataclass(slots=True)
 class InFlight:
     """A dispatched client: what it trains on, when it will arrive, and its job's future."""
 
@@ -264,7 +264,7 @@ class Simulation:
 
     def launch(self, rec: InFlight) -> None:
         """Put a dispatched (or restored) client's end of job on the clock."""
-        rec.process = Arrival(self.env, rec.end_time, lambda: self._client_life(rec))
+        rec.process = Arrival(self.env, rec.end_time, self._client_life, rec)
 
     def _client_life(self, rec: InFlight) -> None:
         """The end of a client's job: its upload at ``arrival_time``, or the drop of its update
