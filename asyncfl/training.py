@@ -95,9 +95,11 @@ def local_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# Batched local training (run.batched): many jobs at once with torch.func.vmap.
+# Batched local training (run.batched): many jobs at once, with torch.func.vmap or, for MLP
+# classifiers, a fused forward/backward pass written as batched matrix products.
 def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[torch.Tensor]:
-    """``[local_train(task, cfg, job) for job in jobs]``, computed group by group with ``vmap``.
+    """``[local_train(task, cfg, job) for job in jobs]``, computed group by group (``vmap``, or
+    :func:`_train_group_mlp` for MLP classifiers).
 
     Jobs are grouped by (start tensor, centre tensor, μ, number of steps): within a group every
     client starts from the same model and takes the same number of steps, so the group is one

@@ -392,3 +392,41 @@ def test_reexports_are_the_base_contract() -> None:
     from asyncfl.tasks import base
 
     assert (Task, ClientData, QuadraticForm) == (base.Task, base.ClientData, base.QuadraticForm)
+
+
+def test_cross_entropy_both_branches_match_a_numpy_log_softmax() -> None:
+    """With autograd recording (fused F.cross_entropy) and without (logsumexp − gather): the same
+    numbers as −log softmax computed in float64 numpy, also for logits of size 10³."""
+    from asyncfl.tasks.common import cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    for offset in (0.0, 1e3):
+        out = torch.randn(257, 10, generator=g) * 5 + offset
+        y = torch.randint(0, 10, (257,), generator=g)
+        z = out.double().numpy()
+        z = z - z.max(1, keepdims=True)
+        want = -(z - np.log(np.exp(z).sum(1, keepdims=True)))[np.arange(257), y.numpy()]
+        plain = cross_entropy(out, y)
+        recorded = cross_entropy(out.clone().requires_grad_(), y)
+        assert recorded.requires_grad and not plain.requires_grad
+        np.testing.assert_allclose(plain.numpy(), want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(recorded.detach().numpy(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_evaluation_in_chunks_equals_one_pass(monkeypatch) -> None:
+    """Chunked sums (here 7 rows a chunk, so chunks straddle clients) equal one pass over the data."""
+    import asyncfl.tasks.base as base
+
+    task = build_task(DigitsTask(model="logreg"), 3, 0)
+    theta = 0.1 * torch.randn(task.dim, generator=torch.Generator().manual_seed(3))
+    pooled = task.pooled_training_data()
+    with torch.no_grad():
+        out = task.outputs(theta, pooled.x)
+        want_loss = float(torch.nn.functional.cross_entropy(out.double(), pooled.y))
+        want_test = task.evaluate(theta)
+    monkeypatch.setattr(base, "EVAL_CHUNK", 7)
+    assert len(pooled) % 7 and len(task.test) > 7
+    assert task.train_loss(theta) == pytest.approx(want_loss, rel=1e-6)
+    chunked = task.evaluate(theta)
+    assert chunked["loss"] == pytest.approx(want_test["loss"], rel=1e-6)
+    assert chunked["accuracy"] == want_test["accuracy"]
