@@ -360,7 +360,9 @@ class RayExecutor:
 
 
 def _copy_result(src: asyncio.Future, dst: asyncio.Future) -> None:
-    if dst.done():
+    if dst.done():  # cancelled (a straggler, the end of the run): the Ray task's outcome is moot,
+        if not src.cancelled():  # but retrieve it, or asyncio logs "exception never retrieved"
+            src.exception()  # (workers killed by ray.shutdown() fail their pending tasks)
         return
     if src.cancelled():
         dst.cancel()

@@ -117,13 +117,14 @@ def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[t
         steps = local_steps_count(len(task.clients[job.client]), cfg)
         groups.setdefault((id(job.start), id(job.centre), job.mu, steps), []).append(i)
     out: list[torch.Tensor] = [None] * len(jobs)  # type: ignore[list-item]
-    fused = mlp_layers(task) is not None
+    layers = mlp_layers(task)
     for members in groups.values():
         if len(members) == 1:  # nothing to batch: the plain loop is cheaper than the set-up
             out[members[0]] = local_train(task, cfg, jobs[members[0]])
             continue
         group = [jobs[i] for i in members]
-        thetas = (_train_group_mlp if fused else _train_group)(task, cfg, group, _group_batches(task, cfg, group))
+        batches = _group_batches(task, cfg, group)
+        thetas = _train_group(task, cfg, group, batches) if layers is None else _train_group_mlp(task, cfg, group, batches, layers)
         for i, theta in zip(members, thetas.unbind(0)):
             out[i] = theta
     return out
@@ -258,7 +259,8 @@ def mlp_layers(task: Task) -> list[tuple[str, str]] | None:
     return layers if len(modules) % 2 == 1 else None
 
 
-def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batches: GroupBatches) -> torch.Tensor:
+def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batches: GroupBatches,
+                     layers: list[tuple[str, str]]) -> torch.Tensor:
     """:func:`_train_group` for MLP classifiers, with the forward and backward pass written out
     as batched matrix products (no autograd, no vmap: the per-op overhead of those dominated
     these small models). Per step and client ``g`` with batch mask ``m``:
@@ -275,12 +277,10 @@ def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batche
     one op. The result is written back to the ``(G, d)`` layout at the end. Softmax is written
     out as ``exp(z − max) / Σ``: torch's kernel is ~4× slower on rows of 10 classes.
     """
-    layers = mlp_layers(task)
-    assert layers is not None
     X, Y, mask, scale = batches
     steps, G, width = mask.shape
     weight = (scale[:, None] * mask / mask.sum(dim=2, keepdim=True)).unsqueeze(-1)  # (steps, G, width, 1)
-    start, centre = task.unflatten(jobs[0].start.detach()), task.unflatten(jobs[0].centre.detach())
+    start = task.unflatten(jobs[0].start.detach())  # in the flat layout's order
     names = [w for w, _ in layers] + [b for _, b in layers]  # W_1..W_L, b_1..b_L
     theta = torch.cat([start[n].reshape(1, -1).expand(G, -1).reshape(-1) for n in names])
     grad = torch.empty_like(theta)
@@ -292,6 +292,7 @@ def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batche
     WTs, bs = [W.transpose(1, 2) for W in Ws], [b.unsqueeze(1) for b in params[L:]]  # views, updated in place
     mu, l2 = jobs[0].mu, task.l2
     if mu > 0:
+        centre = task.unflatten(jobs[0].centre.detach())
         centre_buffer = torch.cat([centre[n].reshape(1, -1).expand(G, -1).reshape(-1) for n in names])
     minus_onehot_w = torch.nn.functional.one_hot(Y, num_classes=Ws[-1].shape[1]).to(task.dtype).mul_(-weight)
     X = X.reshape(steps, G, width, -1)
@@ -314,4 +315,4 @@ def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batche
             grad.add_(theta - centre_buffer, alpha=mu)
         theta.add_(grad, alpha=-cfg.lr)
     flat = {n: p.reshape(G, -1) for n, p in zip(names, params)}
-    return torch.cat([flat[n] for n in task.unflatten(jobs[0].start)], dim=1)
+    return torch.cat([flat[n] for n in start], dim=1)

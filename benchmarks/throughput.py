@@ -10,7 +10,7 @@ and ``steady`` (from the first server step to the last: start-up excluded). Ever
 ``--repeat`` times, pfl's as well, and the best rate of each is reported (as ``timeit`` does:
 the spread between repeats is noise from the machine, ±10% on a shared one).
 
-    python -m benchmarks.throughput [--executors inline,batched,threads,processes,ray] [--workers 2] [--repeat 3]
+    python -m benchmarks.throughput [--executors inline,batched,threads,processes,ray] [--workers 2] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--executors", default="inline,batched,threads,processes,ray")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--protocols", default="sync,fedbuff")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per measurement; the best is reported")
     args = parser.parse_args()
     torch.set_num_threads(1)
     pfl = best_of(args.repeat, run_pfl)
