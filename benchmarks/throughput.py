@@ -6,9 +6,9 @@ Workload (issue 6): gaussian-mlp (dim 32, 10 classes, 50 samples per client, hid
 pfl (``pip install pfl``; not a dependency) runs workload (a) on the same data and model; it
 has no buffered asynchronous protocol, so (b) is compared with pfl's sync run (same local work
 per update). Two rates per run: ``total`` (wall time of the whole run, worker start-up included)
-and ``steady`` (from the first server step to the last: start-up excluded). Every run is repeated
-``--repeat`` times, pfl's as well, and the best rate of each is reported (as ``timeit`` does:
-the spread between repeats is noise from the machine, ±10% on a shared one).
+and ``steady`` (from the first server step to the last: start-up excluded). ``--repeat`` rounds run
+every measurement once each, pfl's as well, and the best rate of each is reported (as ``timeit``
+does: the spread between runs is noise from the machine, tens of percent on a shared VM).
 
     python -m benchmarks.throughput [--executors inline,batched,threads,processes,ray] [--workers 2] [--repeat 5]
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
-from typing import Callable
 
 import torch
 
@@ -125,12 +125,19 @@ def run_pfl() -> tuple[float, float] | None:
     return ROUNDS * COHORT / (end - start), (ROUNDS - 1) * COHORT / max(end - marks[0], 1e-9)
 
 
-def best_of(repeat: int, measure: Callable[[], tuple[float, float] | None]) -> tuple[float, float] | None:
-    """The best ``(total, steady)`` rates of ``repeat`` runs (each maximised on its own)."""
-    runs = [measure() for _ in range(max(repeat, 1))]
-    if runs[0] is None:
+def best_of(runs: list[tuple[float, float] | None]) -> tuple[float, float] | None:
+    """The best ``(total, steady)`` rates of several runs (each maximised on its own)."""
+    if not runs or runs[0] is None:
         return None
     return max(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def main() -> None:
@@ -138,28 +145,34 @@ def main() -> None:
     parser.add_argument("--executors", default="inline,batched,threads,processes,ray")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--protocols", default="sync,fedbuff")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per measurement; the best is reported")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds of runs; the best of each measurement is reported")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    pfl = best_of(args.repeat, run_pfl)
+    executors = [e for e in args.executors.split(",") if e != "ray" or ray_available()]
+    configs = [(protocol, executor) for executor in executors for protocol in args.protocols.split(",")]
+    runs: dict[tuple[str, str], list] = {("sync", "pfl"): [], **{c: [] for c in configs}}
+    # Rounds: every measurement once per round, so that a slow spell of the machine (they last
+    # minutes on a shared VM) touches all measurements alike; the process and Ray executors,
+    # whose workers may linger a moment after shutdown, come last in a round, then a pause.
+    for r in range(max(args.repeat, 1)):
+        print(f"round {r + 1}/{args.repeat} …", file=sys.stderr, flush=True)
+        runs[("sync", "pfl")].append(run_pfl())
+        for protocol, executor in configs:
+            runs[(protocol, executor)].append(run_asyncfl(protocol, executor, args.workers))
+        if {"processes", "ray"} & set(executors):
+            time.sleep(2.0)
+    pfl = best_of(runs.pop(("sync", "pfl")))
     print(f"torch threads 1, workers {args.workers}, best of {args.repeat}; pfl: " + ("installed" if pfl else "not installed"))
     if pfl:
         print(f"pfl sync (FederatedAveraging, SimulatedBackend): {pfl[0]:9.0f} updates/s total, {pfl[1]:9.0f} steady")
     header = f"{'protocol':8} {'executor':10} {'updates/s':>10} {'steady':>10} {'÷pfl':>7} {'÷pfl steady':>11}"
     print(header + "\n" + "-" * len(header))
-    # executor outer, protocol inner: the process and Ray executors' workers may linger a moment
-    # after shutdown, so they come last and do not slow the in-process measurements down
-    for executor in args.executors.split(","):
-        for protocol in args.protocols.split(","):
-            if executor == "ray":
-                try:
-                    import ray  # noqa: F401
-                except ImportError:
-                    print(f"{protocol:8} {executor:10} {'(ray not installed)':>21}")
-                    continue
-            total, steady = best_of(args.repeat, lambda: run_asyncfl(protocol, executor, args.workers))
-            ratio = f"{total / pfl[0]:7.1f} {steady / pfl[1]:11.1f}" if pfl else f"{'—':>7} {'—':>11}"
-            print(f"{protocol:8} {executor:10} {total:10.0f} {steady:10.0f} {ratio}", flush=True)
+    for (protocol, executor), measured in runs.items():
+        total, steady = best_of(measured)
+        ratio = f"{total / pfl[0]:7.1f} {steady / pfl[1]:11.1f}" if pfl else f"{'—':>7} {'—':>11}"
+        print(f"{protocol:8} {executor:10} {total:10.0f} {steady:10.0f} {ratio}")
+    if "ray" in args.executors.split(",") and "ray" not in executors:
+        print("ray: not installed")
 
 
 if __name__ == "__main__":
