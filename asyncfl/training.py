@@ -141,13 +141,20 @@ class GroupBatches(NamedTuple):
 
 
 def group_indices(sizes: list[int], seeds: list[int], cfg: ClientConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(index, lengths)``: row ``index[g, s, :lengths[g, s]]`` is ``batch_schedule(sizes[g], cfg,
-    Generator(seeds[g]))[s]`` (``arange(n)`` for a full batch), padded with sample 0 to a common
-    width. All jobs must take the same number of steps.
+    """The mini-batches of jobs whose clients hold ``sizes[g]`` samples, each drawn from its own
+    ``torch.Generator`` seeded with ``seeds[g]``: ``index[g, s, :lengths[g, s]]`` are the samples of
+    job ``g``'s local step ``s``, padded with sample 0 to a common width. All jobs must take the
+    same number of steps (:func:`local_steps_count`). This is :func:`batch_schedule` (the
+    per-client form: a list of index tensors, cheaper for one job) laid out for a group;
+    ``tests/test_perf.py`` checks the two row for row.
 
-    A sampling job draws one permutation per epoch (``epochs``) or per pass over its data
-    (``local_steps``: its batches are consecutive chunks of the concatenated passes); the
-    common case of equal data sizes is laid out with a handful of tensor ops for the group."""
+    * ``batch_size`` absent or ``≥ n``: every step is the full batch ``0 … n−1``; no draws.
+    * ``epochs``: one ``randperm(n)`` per epoch, cut into chunks of ``batch_size`` (the last one
+      short when ``batch_size`` does not divide ``n``).
+    * ``local_steps``: consecutive chunks of ``batch_size`` of the concatenated permutations, one
+      ``randperm(n)`` per pass over the data (a pass's remainder starts the next batch).
+
+    The common case of equal data sizes is laid out with a handful of tensor ops for the group."""
     steps, b = local_steps_count(sizes[0], cfg), cfg.batch_size
     sampled = [b is not None and b < n for n in sizes]
     # a full-batch job has n ≤ batch_size, so the width is batch_size as soon as one job samples
@@ -177,7 +184,7 @@ def group_indices(sizes: list[int], seeds: list[int], cfg: ClientConfig) -> tupl
 
 def _layout(streams: torch.Tensor, n: int, steps: int, b: int, cfg: ClientConfig) -> torch.Tensor:
     """``(G, steps, b)`` batches from ``(G, draws · n)`` permutation streams of jobs holding ``n``
-    samples each (see :func:`batch_schedule`): per epoch, chunks of ``b`` with a short last one
+    samples each (see :func:`group_indices`): per epoch, chunks of ``b`` with a short last one
     (padded with 0); with ``local_steps``, consecutive chunks of the stream."""
     G = streams.shape[0]
     if cfg.epochs is None:

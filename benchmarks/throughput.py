@@ -117,11 +117,17 @@ def run_pfl() -> tuple[float, float] | None:
             marks.append(time.perf_counter())
             return False, Metrics()
 
+    # pfl drives its loop with asyncio.get_event_loop(), which fails once an asyncio.run()
+    # (an asyncfl measurement) has ended: give it a loop of its own
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     start = time.perf_counter()
     FederatedAveraging().run(algorithm_params=params, backend=backend, model=model, model_train_params=train,
                              model_eval_params=NNEvalHyperParams(local_batch_size=None), callbacks=[Clock()],
                              send_metrics_to_platform=False)
     end = time.perf_counter()
+    asyncio.set_event_loop(None)
+    loop.close()
     return ROUNDS * COHORT / (end - start), (ROUNDS - 1) * COHORT / max(end - marks[0], 1e-9)
 
 
