@@ -356,11 +356,10 @@ class Simulation:
     async def _flush(self) -> StepEvent | None:
         assert self._pending_flush is not None
         entries, then = self._pending_flush
-        futures = [rec.future for rec, _ in entries]
-        if all(f.done() for f in futures):  # fast path (already computed): no event-loop round trip
-            locals_ = [f.result() for f in futures]
-        else:
-            locals_ = await asyncio.gather(*futures)
+        # One by one rather than asyncio.gather: awaiting a finished future does not suspend, and
+        # only the future being awaited carries a callback, so a batch resolved at once wakes the
+        # flush once instead of scheduling a callback per upload (gather's cost with cheap jobs).
+        locals_ = [await rec.future for rec, _ in entries]
         step = self.version
         accepted: list[tuple[InFlight, int, torch.Tensor]] = []
         batch = getattr(self.algorithm, "client_messages", None)  # optional batched form
