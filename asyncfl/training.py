@@ -289,18 +289,20 @@ def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batche
     weight = (scale[:, None] * mask / mask.sum(dim=2, keepdim=True)).unsqueeze(-1)  # (steps, G, width, 1)
     start = task.unflatten(jobs[0].start.detach())  # in the flat layout's order
     names = [w for w, _ in layers] + [b for _, b in layers]  # W_1..W_L, b_1..b_L
-    theta = torch.cat([start[n].reshape(1, -1).expand(G, -1).reshape(-1) for n in names])
-    grad = torch.empty_like(theta)
     sizes = [G * start[n].numel() for n in names]
+    theta, grad = torch.empty(sum(sizes), dtype=task.dtype), torch.empty(sum(sizes), dtype=task.dtype)
     params = [v.view(G, *start[n].shape) for n, v in zip(names, theta.split(sizes))]
     grads = [v.view(G, *start[n].shape) for n, v in zip(names, grad.split(sizes))]
+    for n, p in zip(names, params):
+        p.copy_(start[n].expand_as(p))
     L = len(layers)
     Ws, gWs, gbs = params[:L], grads[:L], grads[L:]
     WTs, bs = [W.transpose(1, 2) for W in Ws], [b.unsqueeze(1) for b in params[L:]]  # views, updated in place
     mu, l2 = jobs[0].mu, task.l2
     if mu > 0:
-        centre = task.unflatten(jobs[0].centre.detach())
-        centre_buffer = torch.cat([centre[n].reshape(1, -1).expand(G, -1).reshape(-1) for n in names])
+        centre, centre_buffer = task.unflatten(jobs[0].centre.detach()), torch.empty_like(theta)
+        for n, c in zip(names, centre_buffer.split(sizes)):
+            c.view(G, *centre[n].shape).copy_(centre[n].expand(G, *centre[n].shape))
     minus_onehot_w = torch.nn.functional.one_hot(Y, num_classes=Ws[-1].shape[1]).to(task.dtype).mul_(-weight)
     X = X.reshape(steps, G, width, -1)
     for t in range(steps):
