@@ -32,7 +32,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=1000)
     p.add_argument("--buffer", type=int, default=100)
     p.add_argument("--steps", type=int, default=500)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--no-freeze", action="store_true")
     args = p.parse_args()
     if not args.no_freeze:
