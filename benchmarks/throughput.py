@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import time
 
@@ -138,6 +139,12 @@ def best_of(runs: list[tuple[float, float] | None]) -> tuple[float, float] | Non
     return max(r[0] for r in runs), max(r[1] for r in runs)
 
 
+def paired_ratio(runs: list[tuple[float, float]], reference: list[tuple[float, float]]) -> float:
+    """Median over rounds of ``total / reference total`` measured in the same round: runs close
+    in time share the machine's slow spells, so this ratio is steadier than best over best."""
+    return statistics.median(r[0] / ref[0] for r, ref in zip(runs, reference))
+
+
 def ray_available() -> bool:
     try:
         import ray  # noqa: F401
@@ -167,16 +174,21 @@ def main() -> None:
             runs[(protocol, executor)].append(run_asyncfl(protocol, executor, args.workers))
         if {"processes", "ray"} & set(executors):
             time.sleep(2.0)
-    pfl = best_of(runs.pop(("sync", "pfl")))
+    pfl_runs = runs.pop(("sync", "pfl"))
+    pfl = best_of(pfl_runs)
     print(f"torch threads 1, workers {args.workers}, best of {args.repeat}; pfl: " + ("installed" if pfl else "not installed"))
     if pfl:
         print(f"pfl sync (FederatedAveraging, SimulatedBackend): {pfl[0]:9.0f} updates/s total, {pfl[1]:9.0f} steady")
-    header = f"{'protocol':8} {'executor':10} {'updates/s':>10} {'steady':>10} {'÷pfl':>7} {'÷pfl steady':>11}"
+    header = (f"{'protocol':8} {'executor':10} {'updates/s':>10} {'steady':>10} {'÷pfl':>7} {'÷pfl steady':>11} "
+              f"{'÷pfl paired':>11}")
     print(header + "\n" + "-" * len(header))
     for (protocol, executor), measured in runs.items():
         total, steady = best_of(measured)
-        ratio = f"{total / pfl[0]:7.1f} {steady / pfl[1]:11.1f}" if pfl else f"{'—':>7} {'—':>11}"
+        ratio = (f"{total / pfl[0]:7.1f} {steady / pfl[1]:11.1f} {paired_ratio(measured, pfl_runs):11.1f}" if pfl
+                 else f"{'—':>7} {'—':>11} {'—':>11}")
         print(f"{protocol:8} {executor:10} {total:10.0f} {steady:10.0f} {ratio}")
+    print("÷pfl, ÷pfl steady: best rate over best rate; ÷pfl paired: median over rounds of the ratio of "
+          "the two total rates measured in the same round")
     if "ray" in args.executors.split(",") and "ray" not in executors:
         print("ray: not installed")
 

@@ -23,3 +23,5 @@ def test_throughput_benchmark_runs_its_workload(monkeypatch, protocol):
     assert total > 0 and steady > 0
     assert throughput.best_of([(1.0, 4.0), (2.0, 3.0)]) == (2.0, 4.0)
     assert throughput.best_of([None, None]) is None
+    # round-paired ratios 10, 20, 40 (the second round was slow for both): median 20
+    assert throughput.paired_ratio([(100.0, 0), (100.0, 0), (400.0, 0)], [(10.0, 0), (5.0, 0), (10.0, 0)]) == 20.0
