@@ -8,7 +8,9 @@ has no buffered asynchronous protocol, so (b) is compared with pfl's sync run (s
 per update). Two rates per run: ``total`` (wall time of the whole run, worker start-up included)
 and ``steady`` (from the first server step to the last: start-up excluded). ``--repeat`` rounds run
 every measurement once each, pfl's as well, and the best rate of each is reported (as ``timeit``
-does: the spread between runs is noise from the machine, tens of percent on a shared VM).
+does: the spread between runs is noise from the machine, tens of percent on a shared VM). A
+measurement of asyncfl spans back-to-back runs as long as the round's pfl run together, so that
+both average the machine's slow spells over the same length of time.
 
     python -m benchmarks.throughput [--executors inline,batched,threads,processes,ray] [--workers 2] [--repeat 5]
 """
@@ -20,6 +22,7 @@ import asyncio
 import statistics
 import sys
 import time
+from typing import NamedTuple
 
 import torch
 
@@ -47,20 +50,33 @@ def scenario(protocol: str, executor: str, workers: int) -> sc.Scenario:
     })
 
 
-async def _timed_run(sim: Simulation) -> tuple[float, float]:
+class Timing(NamedTuple):
+    """Accepted updates and wall seconds of a run: in all, and from its first server step on."""
+
+    updates: int
+    seconds: float
+    steady_updates: int
+    steady_seconds: float
+
+
+async def _timed_run(sim: Simulation) -> Timing:
     start = time.perf_counter()
     first = None
     async for event in sim.events():
         if first is None:
             first = (time.perf_counter(), event.accepted)
     end = time.perf_counter()
-    total = sim.counters.accepted / (end - start)
-    steady = (sim.counters.accepted - first[1]) / max(end - first[0], 1e-9)
-    return total, steady
+    return Timing(sim.counters.accepted, end - start, sim.counters.accepted - first[1], max(end - first[0], 1e-9))
 
 
-def run_asyncfl(protocol: str, executor: str, workers: int) -> tuple[float, float]:
-    return asyncio.run(_timed_run(Simulation(scenario(protocol, executor, workers))))
+def run_asyncfl(protocol: str, executor: str, workers: int, min_seconds: float = 0.0) -> tuple[float, float]:
+    """``(total, steady)`` updates/s of back-to-back runs lasting ``min_seconds`` together (at
+    least one run): a measurement as long as pfl's averages the machine's noise alike."""
+    runs: list[Timing] = []
+    while not runs or sum(r.seconds for r in runs) < min_seconds:
+        runs.append(asyncio.run(_timed_run(Simulation(scenario(protocol, executor, workers)))))
+    return (sum(r.updates for r in runs) / sum(r.seconds for r in runs),
+            sum(r.steady_updates for r in runs) / sum(r.steady_seconds for r in runs))
 
 
 def run_pfl() -> tuple[float, float] | None:
@@ -167,11 +183,16 @@ def main() -> None:
     # Rounds: every measurement once per round, so that a slow spell of the machine (they last
     # minutes on a shared VM) touches all measurements alike; the process and Ray executors,
     # whose workers may linger a moment after shutdown, come last in a round, then a pause.
+    # A measurement lasts at least as long as the round's pfl run (back-to-back runs of the fast
+    # executors): a 0.2 s run that misses every slow spell would be compared with a 5 s pfl
+    # run that averages over them.
     for r in range(max(args.repeat, 1)):
         print(f"round {r + 1}/{args.repeat} …", file=sys.stderr, flush=True)
-        runs[("sync", "pfl")].append(run_pfl())
+        pfl_run = run_pfl()
+        runs[("sync", "pfl")].append(pfl_run)
+        window = ROUNDS * COHORT / pfl_run[0] if pfl_run else 0.0
         for protocol, executor in configs:
-            runs[(protocol, executor)].append(run_asyncfl(protocol, executor, args.workers))
+            runs[(protocol, executor)].append(run_asyncfl(protocol, executor, args.workers, min_seconds=window))
         if {"processes", "ray"} & set(executors):
             time.sleep(2.0)
     pfl_runs = runs.pop(("sync", "pfl"))
