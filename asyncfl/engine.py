@@ -498,14 +498,15 @@ class Simulation:
         return self._privacy_summary
 
 
-def screen(messages: list[torch.Tensor], max_norm: float | None) -> list[str]:
+def screen(messages: torch.Tensor | list[torch.Tensor], max_norm: float | None) -> list[str]:
     """Why each client message is rejected: ``"non-finite"`` (a NaN or ±Inf entry), ``"norm"``
-    (``‖m‖₂ > max_norm``) or ``""`` (accepted). Messages of one shape are checked in one
-    batched op (per-upload checks used to cost more than the rest of an arrival)."""
-    if not messages:
+    (``‖m‖₂ > max_norm``) or ``""`` (accepted). ``messages`` is a list or one tensor whose rows
+    are the messages; messages of one shape are checked in one batched op (per-upload checks
+    used to cost more than the rest of an arrival)."""
+    if len(messages) == 0:
         return []
-    if all(m.shape == messages[0].shape for m in messages):
-        block = torch.stack(messages).reshape(len(messages), -1)
+    if isinstance(messages, torch.Tensor) or all(m.shape == messages[0].shape for m in messages):
+        block = (messages if isinstance(messages, torch.Tensor) else torch.stack(messages)).reshape(len(messages), -1)
         finite = finite_rows(block).tolist()
         norms = torch.linalg.vector_norm(block, dim=1).tolist() if max_norm is not None else None
     else:

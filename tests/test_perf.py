@@ -176,5 +176,5 @@ def test_batched_client_messages_equal_the_per_upload_messages_bit_for_bit():
     jobs = [LocalJob(k, versions[k % 3], versions[k % 3], 0.0, k) for k in range(7)]
     locals_ = [torch.randn(task.dim, generator=g, dtype=task.dtype) for _ in jobs]
     want = [algorithm.client_message(j, l, state) for j, l in zip(jobs, locals_)]
-    got = algorithm.client_messages(jobs, locals_, state)
+    got = algorithm.client_messages(jobs, locals_, state)  # one (7, d) tensor, a message per row
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))

@@ -32,3 +32,4 @@ def test_screen_names_the_first_failing_check():
     assert screen([ok, big, bad], max_norm=None) == ["", "", "non-finite"]
     assert screen([ok, torch.ones(2, 2) * 3], max_norm=5.0) == ["", "norm"]  # shapes differ: one by one, ‖·‖ = 6
     assert screen([], max_norm=1.0) == []
+    assert screen(torch.stack([ok, big, bad]), max_norm=5.0) == ["", "norm", "non-finite"]  # rows of one block
