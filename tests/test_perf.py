@@ -14,7 +14,7 @@ from asyncfl.engine import Simulation, run_blocking
 from asyncfl.errors import ScenarioError
 from asyncfl.executors import BatchedExecutor, NullExecutor, make_executor
 from asyncfl.tasks import build_task
-from asyncfl.training import LocalJob, batch_schedule, group_indices, local_steps_count, local_train, train_batched
+from asyncfl.training import LocalJob, batch_schedule, group_indices, local_steps_count, local_train, mlp_layers, train_batched
 
 from conftest import make_scenario
 
@@ -30,6 +30,8 @@ def _jobs(task, start, mu, clients, seed=100):
     ({"name": "synthetic"}, {"lr": 0.05, "local_steps": 2}),  # full batches of unequal size
     ({"name": "gaussian-mlp", "samples_per_client": 23}, {"lr": 0.1, "batch_size": 10, "epochs": 2}),
     ({"name": "quadratic", "dim": 4, "samples_per_client": 13}, {"lr": 0.002, "batch_size": 5, "local_steps": 4, "mu": 0.5}),
+    # a CNN classifier takes the vmap path (not the fused MLP one) with the cross entropy
+    ({"name": "digits", "model": "cnn"}, {"lr": 0.05, "batch_size": 8, "local_steps": 3}),
 ])
 def test_batched_training_equals_per_client_training(task_cfg, client):
     scenario = sc.validate({"name": "b", "seed": 2, "population": {"clients": 24}, "task": task_cfg, "client": client})
@@ -45,6 +47,8 @@ def test_batched_training_equals_per_client_training(task_cfg, client):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
     if task_cfg["name"] == "synthetic":
         assert len({len(task.clients[j.client]) for j in jobs}) > 3  # unequal data sizes covered
+    if task_cfg.get("model") == "cnn":
+        assert mlp_layers(task) is None  # the vmap path was the one compared
 
 
 @pytest.mark.parametrize("client", [
