@@ -37,8 +37,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from asyncfl import scenario as sc
-from asyncfl.engine import Simulation
+from asyncfl.config import scenario as sc
+from asyncfl.sim.engine import Simulation
 
 ALGORITHMS = ("fedavg", "fedprox", "fedsplit", "feddr", "fedpd", "fedpd-skip", "fedbuff")
 SKIP = 0.2  # FedPD's skip probability p in the "fedpd-skip" run ("fedpd" has p = 0)

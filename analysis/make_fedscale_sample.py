@@ -11,7 +11,7 @@
   ``cur_time % finish_time``).
 
 Values are plain Python ``int``/``float``/``str`` in ``dict``/``list`` (no numpy scalars), so the
-restricted unpickler of ``asyncfl.fedscale`` reads them; the output is a pure function of SEED.
+restricted unpickler of ``asyncfl.clients.fedscale`` reads them; the output is a pure function of SEED.
 """
 
 from __future__ import annotations

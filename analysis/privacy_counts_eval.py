@@ -1,7 +1,7 @@
 """Which post-processing of the noisy staleness counts gives MA the best estimate of W?
 
 DESIGN.md §5: the server decodes ``ĉ_τ = c_τ + N(0, ξ²)`` per step and builds
-``Ŵ[t, t−τ] = (τ+1)^(−p) ĉ'_τ / C``. MA fits ``A W ≈ M`` on that matrix (``asyncfl/ma.py`` is
+``Ŵ[t, t−τ] = (τ+1)^(−p) ĉ'_τ / C``. MA fits ``A W ≈ M`` on that matrix (``asyncfl/server/ma.py`` is
 not in this branch), so the figure of merit here is the relative Frobenius error
 ``‖Ŵ − W‖_F / ‖W‖_F`` of the whole lower-triangular matrix, and of its diagonal (the
 weight of the fresh update, to which the MA coefficients are most sensitive), averaged over
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncfl.aggregation import weight_matrix
+from asyncfl.server.aggregation import weight_matrix
 from asyncfl.privacy.mechanism import postprocess_counts
 
 MODES = ("raw", "clamp", "project", "simplex")

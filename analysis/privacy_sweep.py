@@ -22,7 +22,7 @@ naive momentum's (``A = M``, which does not depend on ``Ŵ`` at all). At the oth
 :func:`run_sweep` runs one scenario for every requested ξ (or γ), rule and seed, with σ
 calibrated once and reused, and returns one :class:`SweepRow` per run; :func:`write_outputs`
 writes ``sweep.csv``, ``sweep.md`` and ``sweep.png``. The CLI is ``asyncfl privacy``
-(:mod:`asyncfl.privacy_cli`); run it as::
+(:mod:`asyncfl.cli.privacy`); run it as::
 
     asyncfl privacy scenarios/private_synthetic.toml --xi 1.2 2 4 10 25 60 120 200 \\
         --rules ma-light ma-full momentum --out analysis/results/privacy_sweep --overwrite
@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from asyncfl import scenario as scenario_mod
+from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import AsyncFLError, NumericalFault
 from asyncfl.privacy import accounting, mechanism
 
@@ -236,8 +236,8 @@ def run_point(
 
     A run that diverges (:class:`NumericalFault`) is kept with ``status = 'diverged'`` — a sweep
     point where privacy noise broke training is a result, not an error."""
-    from asyncfl.engine import Simulation
-    from asyncfl.runner import run_to_dir
+    from asyncfl.sim.engine import Simulation
+    from asyncfl.run.runner import run_to_dir
 
     status = "completed"
     sim = Simulation(scenario, task) if task is not None else None
@@ -524,6 +524,6 @@ def write_outputs(rows: Sequence[SweepRow], budget: Budget, out: str | Path, sce
 if __name__ == "__main__":  # pragma: no cover - `python -m analysis.privacy_sweep` = `asyncfl privacy`
     import sys
 
-    from asyncfl.cli import main
+    from asyncfl.cli.main import main
 
     sys.exit(main(["privacy", *sys.argv[1:]]))

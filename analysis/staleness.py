@@ -8,7 +8,7 @@ Writes ``RUN_DIR/staleness.png`` with three panels and prints a short text summa
   numbered before the last recorded dispatch (gaps in the ``dispatch`` column) are counted from
   their successor's dispatch time (at the latest), and the curve stops at the last recorded dispatch;
 * the weight matrix ``W[t, s] = (t−s+1)^(−p) C_{t,s} / C`` (DESIGN §3) from ``counts.npz``, via
-  :func:`asyncfl.aggregation.weight_matrix` with ``p`` and ``C`` from ``scenario.toml``.
+  :func:`asyncfl.server.aggregation.weight_matrix` with ``p`` and ``C`` from ``scenario.toml``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from asyncfl.aggregation import weight_matrix
-from asyncfl.rundir import read_csv
+from asyncfl.server.aggregation import weight_matrix
+from asyncfl.run.rundir import read_csv
 
 
 def staleness_stats(run_dir: str | Path) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from typing import Annotated, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from asyncfl import scenario as scenario_mod
+from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import AsyncFLError, NumericalFault, ScenarioError
 
 MethodName = Literal[
@@ -372,7 +372,7 @@ def read_status(run_dir: Path) -> str | None:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    from asyncfl.rundir import read_csv
+    from asyncfl.run.rundir import read_csv
 
     path = run_dir / "metrics.csv"
     if not path.is_file():
@@ -416,7 +416,7 @@ ProgressHook = Callable[[Point, str], None]
 
 def execute(study: Study, point: Point, out: Path) -> str:
     """Run ``point`` into its directory unless already done; returns its status."""
-    from asyncfl.runner import run_to_dir_blocking
+    from asyncfl.run.runner import run_to_dir_blocking
 
     run_dir = out / point.rel_dir()
     status = read_status(run_dir)

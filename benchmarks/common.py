@@ -10,13 +10,13 @@ import numpy as np
 import torch
 
 from asyncfl import rng as rngmod
-from asyncfl import scenario as sc
+from asyncfl.config import scenario as sc
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import half_squared_error
 
 
 def null_task() -> Task:
-    """A 1-parameter task with no client data: with :class:`~asyncfl.executors.NullExecutor`
+    """A 1-parameter task with no client data: with :class:`~asyncfl.compute.executors.NullExecutor`
     a run costs only the engine (evaluation sees one test sample)."""
     model = torch.nn.Linear(1, 1, bias=False).double()
     one = ClientData(torch.zeros(1, 1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64))

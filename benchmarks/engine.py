@@ -15,8 +15,8 @@ import argparse
 import asyncio
 import gc
 
-from asyncfl.engine import Simulation
-from asyncfl.executors import NullExecutor
+from asyncfl.sim.engine import Simulation
+from asyncfl.compute.executors import NullExecutor
 from benchmarks.common import engine_scenario, heapq_fedbuff, null_task, timed
 
 

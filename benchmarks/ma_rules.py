@@ -15,7 +15,7 @@ smaller d and scaled linearly in d (the step is a matrix-vector product, linear 
 table marks it. Memory = bytes of the tensors and arrays held in the rule state (the benchmark
 sizes MA-full's history exactly; the rule's doubling can hold up to 2× that).
 
-``momentum`` is ``asyncfl.rules.Momentum`` (two allocations per step); ``momentum-fused`` is the
+``momentum`` is ``asyncfl.server.rules.Momentum`` (two allocations per step); ``momentum-fused`` is the
 same recursion with MA-light's one-allocation update, the like-for-like reference. Times on a
 shared machine are noisy: compare rows of the same run, and rerun.
 """
@@ -30,9 +30,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from asyncfl import ma
-from asyncfl.aggregation import Aggregate, weight_row
-from asyncfl.rules import Momentum, RuleOutput
+from asyncfl.server import ma
+from asyncfl.server.aggregation import Aggregate, weight_row
+from asyncfl.server.rules import Momentum, RuleOutput
 
 
 def fedbuff_weights(T: int, K: int, C: int, exponent: float, seed: int) -> list[np.ndarray]:
@@ -56,7 +56,7 @@ def fedbuff_weights(T: int, K: int, C: int, exponent: float, seed: int) -> list[
 
 class FusedMomentum(Momentum):
     """Heavy ball with the update MA-light uses (``mul`` + in-place ``add_``: one allocation, two
-    passes over d): the like-for-like reference. ``asyncfl.rules.Momentum`` allocates twice."""
+    passes over d): the like-for-like reference. ``asyncfl.server.rules.Momentum`` allocates twice."""
 
     def direction(self, aggregate: Aggregate, state: Any) -> Any:
         if not state.started:

@@ -13,8 +13,8 @@ import gc
 import resource
 import time
 
-from asyncfl.engine import Simulation
-from asyncfl.executors import NullExecutor
+from asyncfl.sim.engine import Simulation
+from asyncfl.compute.executors import NullExecutor
 from benchmarks.common import engine_scenario, null_task
 
 

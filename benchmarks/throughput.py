@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import torch
 
-from asyncfl import scenario as sc
-from asyncfl.engine import Simulation
+from asyncfl.config import scenario as sc
+from asyncfl.sim.engine import Simulation
 
 CLIENTS, ROUNDS, COHORT = 1000, 50, 50
 TASK = {"name": "gaussian-mlp", "dim": 32, "classes": 10, "samples_per_client": 50, "hidden": 64}

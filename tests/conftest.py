@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from asyncfl import scenario as sc
+from asyncfl.config import scenario as sc
 
 BASE: dict[str, Any] = {
     "name": "tiny",

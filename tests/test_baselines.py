@@ -14,10 +14,10 @@ import pytest
 import scipy.optimize
 import torch
 
-from asyncfl import scenario as sc
-from asyncfl.aggregation import ClientUpdate
-from asyncfl.baselines import BaselineState, FedDR, FedPD, FedSplit, prox_regularizer
-from asyncfl.engine import Simulation, run_blocking
+from asyncfl.config import scenario as sc
+from asyncfl.server.aggregation import ClientUpdate
+from asyncfl.server.splitting import BaselineState, FedDR, FedPD, FedSplit, prox_regularizer
+from asyncfl.sim.engine import Simulation, run_blocking
 from asyncfl.errors import ScenarioError
 
 # The seed's 1-D example: fit y = m·x; client 1 holds {(0, 2), (1, 2)}, client 2 {(2, 0), (2, 1)}.

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import tomli_w
 
-from asyncfl.cli import main
-from asyncfl.rundir import METRIC_FIELDS, read_csv
-from asyncfl.engine import UPDATE_FIELDS
+from asyncfl.cli.main import main
+from asyncfl.run.rundir import METRIC_FIELDS, read_csv
+from asyncfl.sim.engine import UPDATE_FIELDS
 
 from conftest import make_raw
 
@@ -140,7 +140,7 @@ def test_out_refuses_a_non_empty_directory(scenario_file, tmp_path, capsys):
 
 
 def test_console_script_exits_2_without_traceback(scenario_file):
-    proc = subprocess.run([sys.executable, "-m", "asyncfl.cli", "run", str(scenario_file), "--set", "server.buffer=0"],
+    proc = subprocess.run([sys.executable, "-m", "asyncfl.cli.main", "run", str(scenario_file), "--set", "server.buffer=0"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "server.buffer = 0" in proc.stderr and "Traceback" not in proc.stderr

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from asyncfl import rng as rngmod
-from asyncfl.aggregation import weight_matrix
-from asyncfl.engine import Simulation, StepEvent, run_blocking
+from asyncfl.server.aggregation import weight_matrix
+from asyncfl.sim.engine import Simulation, StepEvent, run_blocking
 
 from conftest import make_scenario
 

@@ -1,4 +1,4 @@
-"""Specification of momentum approximation (DESIGN.md §4; asyncfl/ma.py, asyncfl/bias.py).
+"""Specification of momentum approximation (DESIGN.md §4; asyncfl/server/ma.py, asyncfl/server/bias.py).
 
 Expected numbers are computed independently of the code under test: explicit loops for M and W,
 ``torch.optim.SGD`` for momentum/Nesterov trajectories, ``np.linalg.inv``/``np.linalg.lstsq`` on
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from asyncfl import ma
-from asyncfl.aggregation import Aggregate, weight_matrix
-from asyncfl.bias import bias_report, plot_bias_heatmaps
-from asyncfl.rules import Momentum, Nesterov, apply, make_rule
+from asyncfl.server import ma
+from asyncfl.server.aggregation import Aggregate, weight_matrix
+from asyncfl.server.bias import bias_report, plot_bias_heatmaps
+from asyncfl.server.rules import Momentum, Nesterov, apply, make_rule
 
 KINDS = ("momentum", "nesterov")
 
@@ -109,7 +109,7 @@ def test_target_matrix_and_rows_match_the_definition(kind, beta):
 
 @pytest.mark.parametrize("kind,rule", [("momentum", Momentum), ("nesterov", Nesterov)])
 def test_unrolled_momentum_is_the_target_row(kind, rule):
-    # m_t = Σ_s M[t,s] r_s for the heavy-ball / Nesterov recursions of asyncfl.rules
+    # m_t = Σ_s M[t,s] r_s for the heavy-ball / Nesterov recursions of asyncfl.server.rules
     beta, T = 0.8, 7
     rule = rule(beta)
     rs = torch.randn(T, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from asyncfl.cli import main
-from asyncfl.engine import run_blocking
-from asyncfl.rundir import read_csv
-from asyncfl.runner import run_to_dir_blocking
+from asyncfl.cli.main import main
+from asyncfl.sim.engine import run_blocking
+from asyncfl.run.rundir import read_csv
+from asyncfl.run.runner import run_to_dir_blocking
 
 from conftest import make_scenario
 
@@ -36,7 +36,7 @@ STALE = {"population.clients": 60, "server.concurrency": 30, "server.buffer": 3,
 
 
 def _ridge_closed_form(W: np.ndarray, m: np.ndarray, lam: float) -> np.ndarray:
-    """a = (W Wᵀ + λI)⁻¹ W m, by numpy's general solver (independent of asyncfl.ma)."""
+    """a = (W Wᵀ + λI)⁻¹ W m, by numpy's general solver (independent of asyncfl.server.ma)."""
     return np.linalg.solve(W @ W.T + lam * np.eye(len(W)), W @ m)
 
 

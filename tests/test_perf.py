@@ -9,12 +9,12 @@ import multiprocessing
 import pytest
 import torch
 
-from asyncfl import scenario as sc
-from asyncfl.engine import Simulation, run_blocking
+from asyncfl.config import scenario as sc
+from asyncfl.sim.engine import Simulation, run_blocking
 from asyncfl.errors import ScenarioError
-from asyncfl.executors import BatchedExecutor, NullExecutor, make_executor
+from asyncfl.compute.executors import BatchedExecutor, NullExecutor, make_executor
 from asyncfl.tasks import build_task
-from asyncfl.training import LocalJob, batch_schedule, group_indices, local_steps_count, local_train, mlp_layers, train_batched
+from asyncfl.compute.training import LocalJob, batch_schedule, group_indices, local_steps_count, local_train, mlp_layers, train_batched
 
 from conftest import make_scenario
 
@@ -169,7 +169,7 @@ def test_thread_workers_do_not_share_a_module():
 def test_batched_client_messages_equal_the_per_upload_messages_bit_for_bit():
     """``Δ = θ_s − θ_local`` over stacked tensors (uploads of several model versions) is the
     same elementwise subtraction as one upload at a time."""
-    from asyncfl.engine import default_algorithm
+    from asyncfl.sim.engine import default_algorithm
 
     scenario = make_scenario()
     task = build_task(scenario.task, scenario.population.clients, scenario.seed)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
 
-from asyncfl.aggregation import Aggregate, ClientUpdate, ExactAggregator, staleness_weight
+from asyncfl.server.aggregation import Aggregate, ClientUpdate, ExactAggregator, staleness_weight
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy import (
     PrivateAggregator,
@@ -32,7 +32,7 @@ from asyncfl.privacy import (
     xi_from_gamma,
 )
 from asyncfl.privacy.mechanism import project_simplex
-from asyncfl.scenario import PrivacyConfig
+from asyncfl.config.scenario import PrivacyConfig
 
 ALPHA = 1e-6  # family-wise false-alarm rate of every statistical test below
 

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from asyncfl import scenario as sc
-from asyncfl.aggregation import Aggregate
-from asyncfl.engine import Simulation, run_blocking
-from asyncfl.rules import Momentum
-from asyncfl.runner import run_to_dir_blocking
+from asyncfl.config import scenario as sc
+from asyncfl.server.aggregation import Aggregate
+from asyncfl.sim.engine import Simulation, run_blocking
+from asyncfl.server.rules import Momentum
+from asyncfl.run.runner import run_to_dir_blocking
 
 PRIVATE = {
     "name": "private", "seed": 1,

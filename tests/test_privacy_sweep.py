@@ -11,7 +11,7 @@ import math
 import pytest
 import tomli_w
 
-from asyncfl.cli import main
+from asyncfl.cli.main import main
 from asyncfl.privacy import calibrate_sigma
 
 EPS, DELTA, CLIP, C, N, T = 4.0, 1e-5, 1.0, 20, 60, 4

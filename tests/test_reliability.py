@@ -31,14 +31,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asyncfl import checkpoint
-from asyncfl.cli import main
-from asyncfl.clock import timeout_at
-from asyncfl.engine import UPDATE_FIELDS, Simulation
+from asyncfl.run import checkpoint
+from asyncfl.cli.main import main
+from asyncfl.sim.clock import timeout_at
+from asyncfl.sim.engine import UPDATE_FIELDS, Simulation
 from asyncfl.errors import NumericalFault, RunInterrupted
-from asyncfl.executors import InlineExecutor
-from asyncfl.rundir import METRIC_FIELDS, read_csv
-from asyncfl.runner import resume_dir, run_to_dir
+from asyncfl.compute.executors import InlineExecutor
+from asyncfl.run.rundir import METRIC_FIELDS, read_csv
+from asyncfl.run.runner import resume_dir, run_to_dir
 from asyncfl.tasks import build_task
 
 from conftest import make_raw, make_scenario
@@ -137,16 +137,6 @@ def _resume_check(overrides: dict[str, Any], tmp_path: Path, stops=STOPS) -> Non
         assert any(waiting), "no checkpoint was taken with uploads waiting in the buffer"
 
 
-# Look in this tree only: an editable install elsewhere can make "asyncfl.privacy" importable.
-PACKAGE = Path(checkpoint.__file__).resolve().parent
-
-
-def _have_privacy() -> bool:
-    return (PACKAGE / "privacy" / "__init__.py").is_file()
-
-
-def _have_baselines() -> bool:
-    return (PACKAGE / "baselines.py").is_file() and hasattr(importlib.import_module("asyncfl.baselines"), "make_algorithm")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,8 +163,6 @@ def test_resume_is_bit_for_bit(name, tmp_path):
 
 @pytest.mark.parametrize("algorithm", ["fedprox", "fedsplit", "feddr", "fedpd"])
 def test_resume_sync_algorithms(algorithm, tmp_path):
-    if algorithm != "fedprox" and not _have_baselines():
-        pytest.skip("asyncfl.baselines.make_algorithm is not in this tree yet (sync baselines issue)")
     _resume_check({**SYNC, "server.algorithm": algorithm, "server.rule": "sgd", "client.mu": 0.5}, tmp_path, stops=(0.3, 0.9))
 
 
@@ -193,8 +181,6 @@ def test_resume_of_a_replayed_trace(tmp_path):
 
 
 def test_resume_with_privacy(tmp_path):
-    if not _have_privacy():
-        pytest.skip("asyncfl.privacy is not in this tree yet (privacy issue)")
     _resume_check({"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0}, tmp_path, stops=(0.3, 0.9))
 
 
@@ -245,7 +231,7 @@ def test_each_version_of_theta_is_stored_once(tmp_path):
 # 2. crash safety: SIGKILL and SIGINT of the real command
 def _cli(*args: str, **kw: Any) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "asyncfl.cli", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "asyncfl.cli.main", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -657,7 +643,7 @@ def test_a_run_whose_every_update_is_rejected_stops_instead_of_spinning(tmp_path
 
 def test_a_stalled_simulation_is_a_clear_error_not_a_traceback(tmp_path):
     from asyncfl.errors import AsyncFLError, SimulationStalled
-    from asyncfl.population import Fleet
+    from asyncfl.clients.fleet import Fleet
 
     class NobodyOnline(Fleet):
         def available(self, client, now):

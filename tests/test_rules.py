@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from asyncfl.aggregation import Aggregate
-from asyncfl.rules import Adam, Momentum, Nesterov, SGD, apply, make_rule
+from asyncfl.server.aggregation import Aggregate
+from asyncfl.server.rules import Adam, Momentum, Nesterov, SGD, apply, make_rule
 
 from conftest import make_scenario
 

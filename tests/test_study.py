@@ -13,7 +13,7 @@ import tomli_w
 
 from analysis import study as study_mod
 from analysis.study_report import reach_summary, speedup
-from asyncfl.cli import main
+from asyncfl.cli.main import main
 
 SMALL = Path(__file__).resolve().parents[1] / "analysis" / "study_small.toml"
 
@@ -63,12 +63,12 @@ def test_small_study_writes_results_and_report_with_all_six_methods(small_study)
 
 
 def test_rerun_resumes_without_running_again(small_study, monkeypatch):
-    import asyncfl.runner
+    import asyncfl.run.runner
 
     def boom(*args, **kwargs):
         raise AssertionError("a completed run was run again")
 
-    monkeypatch.setattr(asyncfl.runner, "run_to_dir_blocking", boom)
+    monkeypatch.setattr(asyncfl.run.runner, "run_to_dir_blocking", boom)
     before = (small_study / "results.csv").read_text()
     assert main(["study", str(SMALL), "--out", str(small_study), "--quiet"]) == 0
     assert (small_study / "results.csv").read_text() == before

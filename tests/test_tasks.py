@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_digits
 
 from asyncfl.errors import ScenarioError
-from asyncfl.scenario import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask
+from asyncfl.config.scenario import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask
 from asyncfl.tasks import BUILDERS, ClientData, QuadraticForm, Task, build_task
 from asyncfl.tasks.common import dirichlet_split, label_entropy, task_streams
 from asyncfl.tasks.gaussian_mlp import TEST_SAMPLES, gaussian_mlp_data

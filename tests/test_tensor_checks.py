@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from asyncfl.engine import screen
+from asyncfl.sim.engine import screen
 from asyncfl.tensor_checks import all_finite, finite_rows
 
 

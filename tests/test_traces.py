@@ -10,22 +10,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asyncfl import fedscale, rng as rngmod, scenario as sc
-from asyncfl.availability import Schedule
-from asyncfl.cli import main as cli_main
-from asyncfl.engine import Simulation, run_blocking
+from asyncfl.clients import fedscale
+
+from asyncfl import rng as rngmod
+
+from asyncfl.config import scenario as sc
+from asyncfl.clients.availability import Schedule
+from asyncfl.cli.main import main as cli_main
+from asyncfl.sim.engine import Simulation, run_blocking
 from asyncfl.errors import AsyncFLError, ScenarioError, TraceError
-from asyncfl.library import describe, library
-from asyncfl.population import Fleet
-from asyncfl.replay import replay_scenario
-from asyncfl.rundir import read_csv
-from asyncfl.runner import run_to_dir_blocking
+from asyncfl.cli.scenario_library import describe, library
+from asyncfl.clients.fleet import Fleet
+from asyncfl.clients.replay import replay_scenario
+from asyncfl.run.rundir import read_csv
+from asyncfl.run.runner import run_to_dir_blocking
 
 from conftest import make_scenario
 
 SYNC = {"server.protocol": "sync", "server.concurrency": None, "server.cohort": 6, "server.buffer": 4, "server.max_staleness": None}
 DIURNAL = {"population.availability": "diurnal", "population.period": 6.0, "population.online_fraction": 0.4}
-DATA = Path(sc.__file__).parent / "data"
+DATA = Path(sc.__file__).resolve().parents[1] / "data"
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -1,13 +1,13 @@
 """The private aggregator and the resolution of a ``[privacy]`` section (DESIGN.md §5).
 
-:class:`PrivateAggregator` implements the :class:`~asyncfl.aggregation.Aggregator` protocol:
+:class:`PrivateAggregator` implements the :class:`~asyncfl.server.aggregation.Aggregator` protocol:
 per step it builds each buffered client's payload ``y_k``, adds them into one running sum,
 adds one draw of ``N(0, σ² S² I)`` on all ``d + L`` coordinates, and decodes::
 
     r_t = (noisy sum)[:d] / C,   ĉ_τ = (noisy sum)[d:] / γ,   W[t, t−τ] = (τ+1)^(−p) ĉ'_τ / C
 
 with ``ĉ'`` the post-processed counts (:func:`~asyncfl.privacy.mechanism.postprocess_counts`).
-The server rule only ever receives the returned :class:`~asyncfl.aggregation.Aggregate`.
+The server rule only ever receives the returned :class:`~asyncfl.server.aggregation.Aggregate`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from asyncfl.aggregation import Aggregate, ClientUpdate, staleness_weight, weight_row
+from asyncfl.server.aggregation import Aggregate, ClientUpdate, staleness_weight, weight_row
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy import accounting, mechanism
 
@@ -119,7 +119,7 @@ def build_privacy(
     max_staleness: int | None,
     exponent: float,
 ) -> tuple[PrivacySetup, PrivateAggregator]:
-    """Resolve a ``[privacy]`` section (:class:`~asyncfl.scenario.PrivacyConfig`) into a
+    """Resolve a ``[privacy]`` section (:class:`~asyncfl.config.scenario.PrivacyConfig`) into a
     :class:`PrivacySetup` and its :class:`PrivateAggregator`.
 
     σ is ``noise_multiplier`` if given, else calibrated to (``epsilon``, ``delta``) for

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from asyncfl.errors import ScenarioError
-from asyncfl.scenario import TaskConfig
+from asyncfl.config.scenario import TaskConfig
 from asyncfl.tasks.base import ClientData, QuadraticForm, Task
 from asyncfl.tasks.digits import build_digits
 from asyncfl.tasks.gaussian_mlp import build_gaussian_mlp

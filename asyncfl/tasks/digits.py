@@ -17,7 +17,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from torch import nn
 
-from asyncfl.scenario import DigitsTask
+from asyncfl.config.scenario import DigitsTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
 

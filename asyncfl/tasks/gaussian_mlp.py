@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from asyncfl.scenario import GaussianMLPTask
+from asyncfl.config.scenario import GaussianMLPTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import cross_entropy, mlp, seeded_model, task_streams
 

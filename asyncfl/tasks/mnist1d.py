@@ -26,7 +26,7 @@ import numpy as np
 from scipy.ndimage import convolve1d
 from torch import nn
 
-from asyncfl.scenario import MNIST1DTask
+from asyncfl.config.scenario import MNIST1DTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from asyncfl.errors import ScenarioError
-from asyncfl.scenario import QuadraticTask
+from asyncfl.config.scenario import QuadraticTask
 from asyncfl.tasks.base import ClientData, QuadraticForm, Task
 from asyncfl.tasks.common import SqueezeLast, half_squared_error, seeded_model, task_streams
 

@@ -1,0 +1,604 @@
+"""Scenario files: TOML → validated, typed, immutable configuration (DESIGN.md §2).
+
+A scenario is the whole description of a run. Every key has a type, a range and a default; a
+section with a ``dist`` / ``name`` tag selects one registered variant (latency models, tasks),
+and each variant accepts only its own keys. Every problem is reported as
+``section.key = value: what is allowed`` through :class:`ScenarioError`, never a traceback.
+
+``--set section.key=value`` overrides are applied to the raw TOML table before validation, so
+they are checked exactly like keys in the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Mapping
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from asyncfl.errors import ScenarioError
+
+MAX_INT = 10**12  # "huge numbers" are refused long before they exhaust memory or time
+
+
+class Section(BaseModel):
+    """Base of every scenario section: unknown keys, NaN/Inf and wrong types are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+PosInt = Annotated[int, Field(ge=1, le=MAX_INT)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT)]
+PosFloat = Annotated[float, Field(gt=0, le=1e12)]
+NonNegFloat = Annotated[float, Field(ge=0, le=1e12)]
+Probability = Annotated[float, Field(ge=0, le=1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# [population]
+class PopulationConfig(Section):
+    """``clients`` (N); per-client speed multiplier ~ LogNormal(0, ``speed_sigma``), times
+    ``slow_factor`` for ``round(slow_fraction × N)`` uniformly chosen clients (a bimodal fleet);
+    availability of clients over virtual time (``always`` | ``diurnal`` | ``trace``)."""
+
+    clients: Annotated[int, Field(ge=1, le=10**8)] = 100
+    speed_sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
+    slow_fraction: Probability = 0.0
+    slow_factor: Annotated[float, Field(ge=1, le=1e6)] = 1.0
+    availability: Literal["always", "diurnal", "trace"] = "always"
+    # diurnal: each client is online for a fraction `online_fraction` of every `period`,
+    # starting at a client-specific phase drawn uniformly in [0, period): online at time x iff
+    # (x − phase) mod period < online_fraction × period.
+    period: PosFloat = 24.0
+    online_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
+    availability_file: str | None = None  # FedScale-format availability trace (availability = "trace")
+    # milliseconds of the availability trace per unit of virtual time; default: the FedScale
+    # latency's time_unit_ms, else 1000 (one unit = one second)
+    availability_time_unit_ms: PosFloat | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# [latency]  (tag: dist)
+class ConstantLatency(Section):
+    dist: Literal["constant"] = "constant"
+    value: PosFloat = 1.0
+
+
+class ExponentialLatency(Section):
+    dist: Literal["exponential"] = "exponential"
+    mean: PosFloat = 1.0
+
+
+class HalfNormalLatency(Section):
+    dist: Literal["halfnormal"] = "halfnormal"
+    scale: PosFloat = 1.0
+
+
+class LogNormalLatency(Section):
+    dist: Literal["lognormal"] = "lognormal"
+    median: PosFloat = 1.0
+    sigma: Annotated[float, Field(ge=0, le=10)] = 1.0
+
+
+class UniformLatency(Section):
+    dist: Literal["uniform"] = "uniform"
+    low: NonNegFloat = 0.5
+    high: PosFloat = 1.5
+
+
+class ParetoLatency(Section):
+    """Heavy-tailed stragglers: ``scale × (1 + Lomax(shape))`` (Pareto I, minimum ``scale``;
+    the mean ``scale·shape/(shape−1)`` is infinite for ``shape ≤ 1``)."""
+
+    dist: Literal["pareto"] = "pareto"
+    scale: PosFloat = 1.0
+    shape: Annotated[float, Field(gt=0, le=100)] = 2.0
+
+
+class TraceLatency(Section):
+    """Replay the dispatch order and latencies of an earlier run's ``updates.csv`` (``file``:
+    the CSV or its run directory; see ``asyncfl.clients.replay``)."""
+
+    dist: Literal["trace"] = "trace"
+    file: str
+
+
+class FedScaleLatency(Section):
+    """FedScale device profiles: latency = samples × computation (ms/sample) + size / bandwidth."""
+
+    dist: Literal["fedscale"] = "fedscale"
+    file: str
+    time_unit_ms: PosFloat = 1000.0  # one unit of virtual time, in milliseconds
+
+
+LATENCIES: dict[str, type[Section]] = {
+    "constant": ConstantLatency,
+    "exponential": ExponentialLatency,
+    "halfnormal": HalfNormalLatency,
+    "lognormal": LogNormalLatency,
+    "uniform": UniformLatency,
+    "pareto": ParetoLatency,
+    "trace": TraceLatency,
+    "fedscale": FedScaleLatency,
+}
+LatencyConfig = (
+    ConstantLatency | ExponentialLatency | HalfNormalLatency | LogNormalLatency | UniformLatency
+    | ParetoLatency | TraceLatency | FedScaleLatency
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# [task]  (tag: name)
+class QuadraticTask(Section):
+    """Least squares ``f_k(θ) = ½‖A_k θ − b_k‖²``; ``seed-1d`` is the seed's 2-client example."""
+
+    name: Literal["quadratic"] = "quadratic"
+    problem: Literal["seed-1d", "random"] = "random"
+    dim: Annotated[int, Field(ge=1, le=10_000)] = 100
+    samples_per_client: Annotated[int, Field(ge=1, le=10**6)] = 500
+    noise: NonNegFloat = 1.0
+    heterogeneity: NonNegFloat = 1.0  # spread of the clients' true models around a common one
+
+
+class SyntheticTask(Section):
+    """FedProx Synthetic(α, β) (DESIGN §7); ``l2`` adds (l2/2)‖θ‖² to every client objective."""
+
+    name: Literal["synthetic"] = "synthetic"
+    alpha: NonNegFloat = 1.0
+    beta: NonNegFloat = 1.0
+    model: Literal["logreg", "mlp"] = "logreg"
+    hidden: Annotated[int, Field(ge=1, le=100_000)] = 32
+    dim: Annotated[int, Field(ge=1, le=100_000)] = 60
+    classes: Annotated[int, Field(ge=2, le=10_000)] = 10
+    l2: NonNegFloat = 0.0
+
+
+class DigitsTask(Section):
+    """scikit-learn's bundled 8×8 digits, split non-IID by Dirichlet(``dirichlet_alpha``)."""
+
+    name: Literal["digits"] = "digits"
+    dirichlet_alpha: PosFloat = 0.3
+    model: Literal["mlp", "cnn", "logreg"] = "mlp"
+    hidden: Annotated[int, Field(ge=1, le=100_000)] = 64
+    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+
+
+class GaussianMLPTask(Section):
+    """Gaussian inputs, labels = argmax of a fixed random linear map, a one-hidden-layer MLP."""
+
+    name: Literal["gaussian-mlp"] = "gaussian-mlp"
+    dim: Annotated[int, Field(ge=1, le=100_000)] = 32
+    classes: Annotated[int, Field(ge=2, le=10_000)] = 10
+    samples_per_client: Annotated[int, Field(ge=1, le=10**6)] = 50
+    hidden: Annotated[int, Field(ge=1, le=100_000)] = 64
+
+
+class MNIST1DTask(Section):
+    """Procedurally generated 1-D digits (no download), Dirichlet non-IID split."""
+
+    name: Literal["mnist1d"] = "mnist1d"
+    samples: Annotated[int, Field(ge=100, le=10**6)] = 4000
+    dirichlet_alpha: PosFloat = 0.3
+    model: Literal["mlp", "cnn"] = "mlp"
+    hidden: Annotated[int, Field(ge=1, le=100_000)] = 100
+    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+
+
+TASKS: dict[str, type[Section]] = {
+    "quadratic": QuadraticTask,
+    "synthetic": SyntheticTask,
+    "digits": DigitsTask,
+    "gaussian-mlp": GaussianMLPTask,
+    "mnist1d": MNIST1DTask,
+}
+TaskConfig = QuadraticTask | SyntheticTask | DigitsTask | GaussianMLPTask | MNIST1DTask
+
+
+# ---------------------------------------------------------------------------------------------
+# [client]
+class ClientConfig(Section):
+    """Local solver. Local work is ``local_steps`` gradient steps or ``epochs`` passes (one of
+    them); ``batch_size`` absent = full batch; ``mu`` adds (μ/2)‖θ − centre‖² (FedProx etc.)."""
+
+    solver: Literal["sgd", "exact"] = "sgd"
+    lr: PosFloat = 0.05
+    batch_size: PosInt | None = None
+    local_steps: PosInt | None = None
+    epochs: PosInt | None = None
+    mu: NonNegFloat = 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# [server]
+class ServerConfig(Section):
+    """Protocol, buffer and server rule (DESIGN §3–4, §6).
+
+    ``concurrency`` K and ``buffer`` C for FedBuff (C = 1 is FedAsync); ``cohort`` clients per
+    round for ``sync`` (``buffer`` ≤ cohort accepts the first C arrivals of an over-selected
+    cohort; default: the whole cohort). ``max_staleness`` absent = unbounded.
+    """
+
+    protocol: Literal["fedbuff", "sync"] = "fedbuff"
+    concurrency: PosInt | None = None
+    buffer: PosInt | None = None
+    cohort: PosInt | None = None
+    staleness_exponent: Annotated[float, Field(ge=0, le=100)] = 0.0
+    max_staleness: NonNegInt | None = None
+    rule: Literal["sgd", "momentum", "nesterov", "adam", "ma-full", "ma-light"] = "sgd"
+    lr: PosFloat = 1.0
+    beta: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    adam_beta2: Annotated[float, Field(ge=0, lt=1)] = 0.999
+    adam_eps: PosFloat = 1e-8
+    # momentum approximation (DESIGN §4)
+    ma_target: Literal["momentum", "nesterov"] = "momentum"
+    ma_ridge: NonNegFloat = 1e-3
+    ma_window: PosInt | None = None
+    # synchronous algorithms (DESIGN §6)
+    algorithm: Literal["fedavg", "fedprox", "fedsplit", "feddr", "fedpd"] = "fedavg"
+    alpha: Annotated[float, Field(gt=0, lt=2)] = 1.0
+    regularizer: Literal["none", "l1", "l2"] = "none"
+    reg: NonNegFloat = 0.0
+    skip_probability: Annotated[float, Field(ge=0, lt=1)] = 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# [run]
+class RunConfig(Section):
+    """Length, evaluation, placement of compute, checkpoints and numerical guards."""
+
+    steps: Annotated[int, Field(ge=1, le=10**9)] = 100
+    eval_every: PosInt = 10
+    # also evaluate the training objective over every client's data (one forward pass over the
+    # whole population's samples per evaluation); off: metrics.csv leaves train_loss empty
+    train_loss: bool = True
+    executor: Literal["inline", "threads", "processes", "ray"] = "inline"
+    workers: Annotated[int, Field(ge=1, le=4096)] = 1
+    batched: bool = False  # train clients of one model version together (torch.func.vmap)
+    ray_address: str | None = None
+    # torch intra-op threads. Client models are small: one thread per job is fastest, and
+    # parallelism across clients comes from the executor. 0 = leave torch's default.
+    torch_threads: Annotated[int, Field(ge=0, le=4096)] = 1
+    checkpoint_every: NonNegInt = 0  # 0 = no periodic checkpoints
+    max_update_norm: PosFloat | None = None
+    divergence_loss: PosFloat = 1e8  # a loss above this (or NaN) stops the run
+
+
+# ---------------------------------------------------------------------------------------------
+# [privacy]
+class PrivacyConfig(Section):
+    """Private aggregation (DESIGN §5). Give ``epsilon`` (σ is calibrated) or
+    ``noise_multiplier`` (σ directly, ε is reported); give ``xi`` (> σ) or ``gamma``."""
+
+    enabled: bool = False
+    clip: PosFloat = 1.0
+    epsilon: PosFloat | None = None
+    delta: Annotated[float, Field(gt=0, lt=1)] = 1e-6
+    noise_multiplier: PosFloat | None = None
+    xi: PosFloat | None = None
+    gamma: PosFloat | None = None
+    accountant: Literal["pld", "rdp"] = "pld"
+    counts: Literal["raw", "clamp", "project"] = "project"
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "population": PopulationConfig,
+    "client": ClientConfig,
+    "server": ServerConfig,
+    "run": RunConfig,
+    "privacy": PrivacyConfig,
+}
+TAGGED: dict[str, tuple[str, dict[str, type[Section]], str]] = {
+    # section: (tag key, registry, default tag)
+    "latency": ("dist", LATENCIES, "exponential"),
+    "task": ("name", TASKS, "synthetic"),
+}
+TOP_LEVEL = ("name", "seed")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario. Derived values (``buffer``, ``concurrency``) are resolved."""
+
+    name: str
+    seed: int
+    population: PopulationConfig
+    latency: LatencyConfig
+    task: TaskConfig
+    client: ClientConfig
+    server: ServerConfig
+    run: RunConfig
+    privacy: PrivacyConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "seed": self.seed}
+        for section in ("population", "latency", "task", "client", "server", "run", "privacy"):
+            out[section] = getattr(self, section).model_dump(exclude_none=True)
+        return out
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+    def replace(self, **overrides: Any) -> "Scenario":
+        """A copy with dotted-key overrides (``{"server.rule": "momentum"}``), re-validated."""
+        raw = self.to_dict()
+        for key, value in overrides.items():
+            _assign(raw, key, value)
+        return validate(raw)
+
+
+# ---------------------------------------------------------------------------------------------
+def _suggest(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else "."
+    return f"{hint} Allowed: {', '.join(sorted(allowed))}"
+
+
+def _fmt(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe_errors(
+    exc: ValidationError, where: Callable[[tuple], str], allowed_keys: Callable[[tuple], list[str]]
+) -> list[str]:
+    """One ``field = value: what is allowed`` line per pydantic error. ``where(loc)`` names the
+    field; ``allowed_keys(loc)`` lists the keys of the table holding an unknown key (for the
+    "did you mean" suggestion). Shared by scenario files and study specs."""
+    out = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        name = where(loc)
+        if err["type"] == "extra_forbidden":
+            out.append(f"{name}: unknown key{_suggest(str(loc[-1]), allowed_keys(loc))}")
+        elif err["type"] == "missing":
+            out.append(f"{name}: required key is missing")
+        else:
+            msg = err["msg"].replace("Input should be", "must be")
+            out.append(f"{name} = {_fmt(err.get('input'))}: {msg}")
+    return out
+
+
+def _errors_of(exc: ValidationError, prefix: str) -> list[str]:
+    return describe_errors(
+        exc,
+        lambda loc: ".".join(str(p) for p in (prefix, *loc) if p != ""),
+        lambda loc: list(exc.title and _fields_of(exc.title) or []),
+    )
+
+
+_ALL_MODELS: dict[str, type[Section]] = {
+    cls.__name__: cls for cls in [*SECTIONS.values(), *LATENCIES.values(), *TASKS.values()]
+}
+
+
+def _fields_of(model_name: str) -> list[str]:
+    cls = _ALL_MODELS.get(model_name)
+    return list(cls.model_fields) if cls else []
+
+
+def _validate_section(cls: type[Section], raw: Any, prefix: str, errors: list[str]) -> Section | None:
+    if not isinstance(raw, Mapping):
+        errors.append(f"{prefix} = {_fmt(raw)}: must be a table ([{prefix}])")
+        return None
+    try:
+        return cls.model_validate(dict(raw))
+    except ValidationError as exc:
+        errors.extend(_errors_of(exc, prefix))
+        return None
+
+
+def _validate_tagged(section: str, raw: Any, errors: list[str]) -> Section | None:
+    tag_key, registry, default = TAGGED[section]
+    if not isinstance(raw, Mapping):
+        errors.append(f"{section} = {_fmt(raw)}: must be a table ([{section}])")
+        return None
+    tag = raw.get(tag_key, default)
+    if not isinstance(tag, str) or tag not in registry:
+        hint = _suggest(str(tag), list(registry)) if isinstance(tag, str) else f" Allowed: {', '.join(registry)}"
+        errors.append(f"{section}.{tag_key} = {_fmt(tag)}: unknown {section}{hint}")
+        return None
+    return _validate_section(registry[tag], {**raw, tag_key: tag}, section, errors)
+
+
+def validate(raw: Mapping[str, Any]) -> Scenario:
+    """Validate a raw scenario table. Raises :class:`ScenarioError` listing every problem."""
+    errors: list[str] = []
+    known = [*TOP_LEVEL, *SECTIONS, *TAGGED]
+    for key in raw:
+        if key not in known:
+            errors.append(f"{key}: unknown key{_suggest(key, known)}")
+    name = raw.get("name", "unnamed")
+    if not isinstance(name, str) or not name or len(name) > 200:
+        errors.append(f"name = {_fmt(name)}: must be a non-empty string of at most 200 characters")
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        errors.append(f"seed = {_fmt(seed)}: must be an integer in [0, 2^63)")
+    parts: dict[str, Any] = {}
+    for section, cls in SECTIONS.items():
+        parts[section] = _validate_section(cls, raw.get(section, {}), section, errors)
+    for section in TAGGED:
+        parts[section] = _validate_tagged(section, raw.get(section, {}), errors)
+    if errors:
+        raise ScenarioError(errors)
+    scenario = Scenario(name=name, seed=seed, **parts)
+    return _cross_check(scenario)
+
+
+def _cross_check(sc: Scenario) -> Scenario:
+    """Relations between keys of different sections; resolves derived defaults."""
+    errors: list[str] = []
+    n, server, client = sc.population.clients, sc.server, sc.client
+    server_updates: dict[str, Any] = {}
+
+    if (client.local_steps is None) == (client.epochs is None):
+        if client.solver == "sgd":
+            errors.append(
+                f"client.local_steps = {_fmt(client.local_steps)}, client.epochs = {_fmt(client.epochs)}: "
+                "give exactly one of them (the amount of local work)"
+            )
+    if client.solver == "exact" and sc.task.name != "quadratic":
+        errors.append(f"client.solver = 'exact': only the quadratic task has a closed-form solve (task.name = {sc.task.name!r})")
+    if isinstance(sc.task, QuadraticTask) and sc.task.problem == "seed-1d" and n != 2:
+        errors.append(f"population.clients = {n}: the seed-1d problem has exactly 2 clients")
+
+    if server.protocol == "fedbuff":
+        k = server.concurrency if server.concurrency is not None else min(n, 10)
+        c = server.buffer if server.buffer is not None else min(k, 10)
+        if k > n:
+            errors.append(f"server.concurrency = {k}: must be at most population.clients = {n}")
+        if server.cohort is not None:
+            errors.append(f"server.cohort = {server.cohort}: only the sync protocol has a cohort (use concurrency and buffer)")
+        if server.algorithm != "fedavg":
+            errors.append(f"server.algorithm = {server.algorithm!r}: only the sync protocol runs {server.algorithm}; FedBuff uses 'fedavg' with a server rule")
+        server_updates.update(concurrency=k, buffer=c)
+    else:
+        cohort = server.cohort if server.cohort is not None else min(n, 10)
+        c = server.buffer if server.buffer is not None else cohort
+        if cohort > n:
+            errors.append(f"server.cohort = {cohort}: must be at most population.clients = {n}")
+        if c > cohort:
+            errors.append(f"server.buffer = {c}: must be at most server.cohort = {cohort} (the first C arrivals of a cohort are accepted)")
+        if server.concurrency is not None:
+            errors.append(f"server.concurrency = {server.concurrency}: only FedBuff has a concurrency (use cohort)")
+        server_updates.update(cohort=cohort, buffer=c)
+    if server.regularizer != "none" and server.algorithm != "feddr":
+        errors.append(f"server.regularizer = {server.regularizer!r}: only FedDR has a server regulariser (server.algorithm = 'feddr')")
+    if server.algorithm in ("fedprox", "fedsplit", "feddr", "fedpd") and client.mu <= 0:
+        errors.append(f"client.mu = {client.mu}: {server.algorithm} needs a positive proximal coefficient μ (= 1/s)")
+
+    errors.extend(_check_traces(sc))
+
+    p = sc.privacy
+    if p.enabled:
+        if (p.epsilon is None) == (p.noise_multiplier is None):
+            errors.append("privacy.epsilon, privacy.noise_multiplier: give exactly one (a target ε to calibrate σ, or σ itself)")
+        if p.xi is not None and p.gamma is not None:
+            errors.append(f"privacy.xi = {p.xi}, privacy.gamma = {p.gamma}: give exactly one of them")
+        if p.xi is None and p.gamma is None:
+            errors.append("privacy.xi, privacy.gamma: give exactly one (the count-noise level ξ, or the payload scale γ)")
+        if p.epsilon is not None and p.epsilon > 1e4:
+            errors.append(f"privacy.epsilon = {p.epsilon}: must be at most 1e4")
+        if p.noise_multiplier is not None and p.xi is not None and p.xi <= p.noise_multiplier:
+            errors.append(f"privacy.xi = {p.xi}: must exceed the noise multiplier σ = {p.noise_multiplier}")
+        if server.max_staleness is None and server.protocol == "fedbuff":
+            errors.append("server.max_staleness: must be set when privacy is enabled (the one-hot staleness payload has length max_staleness + 1)")
+
+    if errors:
+        raise ScenarioError(errors)
+    return Scenario(
+        name=sc.name, seed=sc.seed, population=sc.population, latency=sc.latency, task=sc.task,
+        client=client, server=server.model_copy(update=server_updates), run=sc.run, privacy=sc.privacy,
+    )
+
+
+def _check_traces(sc: Scenario) -> list[str]:
+    """Trace files exist; traces and speed/availability models that would contradict them."""
+    errors: list[str] = []
+    pop, lat = sc.population, sc.latency
+    if isinstance(lat, TraceLatency | FedScaleLatency):
+        where = "the recorded trace" if isinstance(lat, TraceLatency) else "the FedScale device profiles"
+        if pop.speed_sigma > 0:
+            errors.append(f"population.speed_sigma = {pop.speed_sigma}: must be 0 with latency.dist = {lat.dist!r} (speeds come from {where})")
+        if pop.slow_fraction > 0:
+            errors.append(f"population.slow_fraction = {pop.slow_fraction}: must be 0 with latency.dist = {lat.dist!r} (speeds come from {where})")
+        path = resolve_path(lat.file)
+        ok = path.is_file() or (isinstance(lat, TraceLatency) and (path / "updates.csv").is_file())
+        if not ok:
+            what = "an updates.csv or a run directory holding one" if isinstance(lat, TraceLatency) else "a FedScale device pickle"
+            errors.append(f"latency.file = {lat.file!r}: no such file (must be {what})")
+    if isinstance(lat, TraceLatency) and pop.availability != "always":
+        errors.append(f"population.availability = {pop.availability!r}: must be 'always' with latency.dist = 'trace' (the recording already holds its availability: waits and offline drops are replayed)")
+    if pop.availability == "trace":
+        if pop.availability_file is None:
+            errors.append("population.availability_file: required with population.availability = 'trace' (a FedScale availability pickle)")
+        elif not resolve_path(pop.availability_file).is_file():
+            errors.append(f"population.availability_file = {pop.availability_file!r}: no such file (must be a FedScale availability pickle)")
+    elif pop.availability_file is not None:
+        errors.append(f"population.availability_file = {pop.availability_file!r}: only used with population.availability = 'trace' (it is {pop.availability!r})")
+    return errors
+
+
+PACKAGE_PREFIX = "asyncfl:"
+
+
+def resolve_path(text: str) -> Path:
+    """A file named in a scenario: ``asyncfl:NAME`` is the package's ``asyncfl/data/NAME``
+    (the shipped samples); anything else is a path (relative paths: see :func:`load`)."""
+    if text.startswith(PACKAGE_PREFIX):
+        return Path(__file__).resolve().parents[1] / "data" / text[len(PACKAGE_PREFIX):]
+    return Path(text).expanduser()
+
+
+FILE_KEYS = (("latency", "file"), ("population", "availability_file"))
+
+
+def _anchor_paths(raw: dict[str, Any], base: Path) -> None:
+    """Relative file paths written in a scenario file are relative to that file's directory."""
+    for section, key in FILE_KEYS:
+        table = raw.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str):
+            value = table[key]
+            if value and not value.startswith(PACKAGE_PREFIX) and not Path(value).expanduser().is_absolute():
+                table[key] = str(base / value)
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_override(text: str) -> tuple[str, Any]:
+    """``section.key=value`` → (key path, value). The value is read as a TOML value when it
+    parses as one (``10``, ``0.5``, ``true``, ``"x"``, ``[1, 2]``), else taken as a string."""
+    if "=" not in text:
+        raise ScenarioError([f"--set {text!r}: expected section.key=value"])
+    key, _, value_text = text.partition("=")
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ScenarioError([f"--set {text!r}: expected section.key=value"])
+    try:
+        value = tomllib.loads(f"v = {value_text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = value_text.strip()
+    if isinstance(value, float) and not math.isfinite(value):
+        pass  # kept: validation reports it with the field name
+    return key, value
+
+
+def _assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError([f"--set {dotted}: {part} is not a table"])
+        node = child
+    node[parts[-1]] = value
+
+
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    """Read, override and validate a scenario file. Relative trace paths in the file
+    (``latency.file``, ``population.availability_file``) are taken relative to the file's
+    directory; in ``--set`` overrides, relative to the working directory."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError([f"{path}: no such scenario file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError([f"{path}: cannot be read ({exc.__class__.__name__}: {exc})"]) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError([f"{path}: not valid TOML ({exc})"]) from None
+    _anchor_paths(raw, path.parent)  # before the overrides: --set paths are relative to the cwd
+    for item in overrides:
+        key, value = parse_override(item)
+        _assign(raw, key, value)
+    try:
+        return validate(raw)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.problems, source=str(path)) from None

@@ -1,0 +1,166 @@
+"""Implicit momentum bias of a recorded run (DESIGN.md §4): ``bias.json`` and ``asyncfl bias``.
+
+From a run directory (``scenario.toml``, ``counts.npz``) this builds the exact ``W`` from the
+counts, the target ``M`` from the run's β and ``ma_target``, and the coefficient matrices of
+naive momentum (``A = M``), MA-full (with the run's ``ma_ridge`` and ``ma_window``) and MA-light.
+The rule the run actually used contributes the coefficients it recorded (``counts.npz``
+``coefficients``).
+
+With privacy, the server only saw the noisy estimate ``Ŵ`` (the post-processed
+``private_by_staleness``): the MA coefficients are those computed on ``Ŵ`` — what the server
+would have done — and their bias is measured against the exact ``W`` (the top-level keys) and
+against ``Ŵ`` (``noisy_w``).
+
+Runs longer than :data:`MAX_ANALYSED_STEPS` are analysed on their first steps (``W`` is lower
+triangular, so the leading block is self-contained); ``steps_analysed`` says how many.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from asyncfl.config import scenario as scenario_mod
+from asyncfl.server.aggregation import weight_matrix
+from asyncfl.server.bias import bias_report, plot_bias_heatmaps
+from asyncfl.errors import RunDirError
+from asyncfl.server.ma import coefficient_matrix_full, light_recursion, target_matrix
+
+MAX_ANALYSED_STEPS = 2000
+RULE_KEYS = ("none", "momentum", "ma_full", "ma_light")
+
+
+def load_run(run_dir: str | Path) -> tuple[scenario_mod.Scenario, dict[str, np.ndarray]]:
+    run_dir = Path(run_dir)
+    for name in ("scenario.toml", "counts.npz"):
+        if not (run_dir / name).is_file():
+            raise RunDirError(f"{run_dir}: not a complete run directory ({name} is missing)")
+    scenario = scenario_mod.load(run_dir / "scenario.toml")
+    try:
+        with np.load(run_dir / "counts.npz", allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{run_dir / 'counts.npz'}: cannot be read ({exc})") from None
+    if "by_staleness" not in arrays:
+        raise RunDirError(f"{run_dir / 'counts.npz'}: has no by_staleness array")
+    return scenario, arrays
+
+
+def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The staleness counts the server saw with privacy on (post-processed noisy estimates)."""
+    raw = arrays.get("private_by_staleness")
+    if raw is None or not scenario.privacy.enabled:
+        return None
+    from asyncfl.privacy.mechanism import postprocess_counts
+
+    C = scenario.server.buffer
+    return np.stack([postprocess_counts(row, C, scenario.privacy.counts) for row in raw]) if len(raw) else raw
+
+
+def bias_of_run(run_dir: str | Path) -> dict[str, Any]:
+    """The ``bias.json`` content of a run directory (see the module docstring)."""
+    scenario, arrays = load_run(run_dir)
+    return bias_of_records(scenario, arrays)
+
+
+def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    server = scenario.server
+    counts = arrays["by_staleness"]
+    T = min(len(counts), MAX_ANALYSED_STEPS)
+    if T == 0:
+        raise RunDirError("the run has no completed server step: nothing to analyse")
+    counts = counts[:T]
+    seen = seen_counts(scenario, arrays)
+    seen = None if seen is None else seen[:T]
+    kind, beta, p, C = server.ma_target, server.beta, server.staleness_exponent, server.buffer
+
+    used_full = used_light = None
+    coefficients = arrays.get("coefficients")
+    if coefficients is not None and server.rule == "ma-full":
+        used_full = coefficients[:T, :T]
+    if coefficients is not None and server.rule == "ma-light":
+        used_light = coefficients[:T, :2]
+    if seen is not None:  # what MA would have used on the server's view Ŵ
+        W_hat = weight_matrix(seen, p, C)
+        if used_full is None:
+            used_full = coefficient_matrix_full(W_hat, kind, beta, server.ma_ridge, server.ma_window)
+        if used_light is None:
+            used_light = light_recursion(W_hat, kind, beta)[1]
+
+    common = dict(exponent=p, buffer=C, beta=beta, kind=kind, ridge=server.ma_ridge, window=server.ma_window,
+                  used_light=used_light, used_full=used_full)
+    report = bias_report(counts, **common)
+    out: dict[str, Any] = {key: report[key] for key in RULE_KEYS}
+    out["amplification"] = report["amplification"]
+    out["per_row"] = report["per_row"]
+    if server.rule == "ma-light" or used_light is not None:
+        out["a_light"] = report["a_light"]
+    if seen is not None:
+        noisy = bias_report(seen, **common)
+        out["noisy_w"] = {key: noisy[key] for key in RULE_KEYS}
+    out.update(rule=server.rule, target=kind, beta=beta, staleness_exponent=p, buffer=C,
+               ma_ridge=server.ma_ridge, ma_window=server.ma_window, steps_analysed=T,
+               steps=int(len(arrays["by_staleness"])))
+    return out
+
+
+def heatmaps(run_dir: str | Path, path: str | Path | None = None) -> Path:
+    """``M``, ``M W``, ``A_full W``, ``A_light W`` side by side (PNG in the run directory)."""
+    run_dir = Path(run_dir)
+    scenario, arrays = load_run(run_dir)
+    server = scenario.server
+    T = min(len(arrays["by_staleness"]), MAX_ANALYSED_STEPS)
+    W = weight_matrix(arrays["by_staleness"][:T], server.staleness_exponent, server.buffer)
+    seen = seen_counts(scenario, arrays)
+    W_view = W if seen is None else weight_matrix(seen[:T], server.staleness_exponent, server.buffer)
+    M = target_matrix(server.ma_target, server.beta, T)
+    A_full = coefficient_matrix_full(W_view, server.ma_target, server.beta, server.ma_ridge, server.ma_window)
+    A_light = light_recursion(W_view, server.ma_target, server.beta)[0]
+    return plot_bias_heatmaps(W, M, A_full, A_light, path or run_dir / "bias_heatmaps.png")
+
+
+def write_bias_json(run_dir: str | Path) -> dict[str, Any]:
+    from asyncfl.run.rundir import write_json
+
+    report = bias_of_run(run_dir)
+    write_json(Path(run_dir) / "bias.json", report)
+    return report
+
+
+def finish_hook(sim: Any, run_dir: Path) -> None:
+    """Runner hook: every FedBuff run that took a step gets a ``bias.json``."""
+    if sim.scenario.server.protocol == "fedbuff" and sim.steps_done > 0:
+        write_bias_json(run_dir)
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+def cmd_bias(args: Any) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    report = write_bias_json(args.run_dir)
+    png = heatmaps(args.run_dir)
+    table = Table(title=f"implicit momentum bias ‖AW − M‖_F/‖M‖_F — {report['steps_analysed']} steps, target {report['target']} β={report['beta']}")
+    table.add_column("rule")
+    table.add_column("bias", justify="right")
+    table.add_column("amplification ‖A‖_F/‖M‖_F", justify="right")
+    if "noisy_w" in report:
+        table.add_column("bias on noisy Ŵ", justify="right")
+    labels = {"none": "no momentum (W vs I)", "momentum": "naive momentum (A = M)", "ma_full": "MA-full", "ma_light": "MA-light"}
+    for key in RULE_KEYS:
+        row = [labels[key], f"{report[key]:.4f}", f"{report['amplification'][key]:.3f}"]
+        if "noisy_w" in report:
+            row.append(f"{report['noisy_w'][key]:.4f}")
+        table.add_row(*row)
+    console = Console(highlight=False)
+    console.print(table)
+    console.print(f"wrote {Path(args.run_dir) / 'bias.json'} and {png}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bias", help="implicit momentum bias of a run: bias.json, a table and heat maps")
+    p.add_argument("run_dir", help="a run directory written by `asyncfl run`")
+    p.set_defaults(func=cmd_bias)

@@ -1,0 +1,229 @@
+"""Run a scenario into a run directory (the I/O edge around :class:`~asyncfl.sim.engine.Simulation`).
+
+:func:`run_to_dir` is what ``asyncfl run`` calls: it writes the resolved scenario first, streams
+rows while the simulation runs, and writes the arrays, the summary and the final model at the
+end — also when the run diverges or is interrupted, so nothing already computed is lost.
+
+Checkpoints (``asyncfl.run.checkpoint``): every ``[run] checkpoint_every`` steps, and a final one when
+the run is stopped between events (``should_stop``: SIGINT in the CLI) or diverges.
+:func:`resume_dir` (``asyncfl resume RUN_DIR``) checks the directory, cuts the CSV files back to
+the rows the checkpoint saw and continues; the finished directory equals an uninterrupted run's
+(``metrics.csv`` apart from ``wall_time``). A directory without a checkpoint restarts from
+scratch in place (``scenario.toml`` is kept, the outputs are rewritten).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from asyncfl.run import checkpoint, bias_report as run_bias, rundir
+from asyncfl.config import scenario as scenario_mod
+from asyncfl.run.checkpoint import CHECKPOINT_NAME
+from asyncfl.sim.engine import UPDATE_FIELDS, Simulation, StepEvent
+from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
+from asyncfl.config.scenario import Scenario
+
+
+class AlreadyCompleted(RunDirError):
+    """``asyncfl resume`` on a completed run: nothing to do (the CLI exits 0)."""
+
+
+def _arrays(sim: Simulation) -> dict[str, np.ndarray]:
+    arrays = {"by_staleness": sim.by_staleness(), "step_time": np.asarray(sim.records.step_times, dtype=np.float64)}
+    private = sim.private_by_staleness()
+    if private is not None:
+        arrays["private_by_staleness"] = private
+    coefficients = sim.coefficients()
+    if coefficients is not None:
+        arrays["coefficients"] = coefficients
+    return arrays
+
+
+def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write counts, model and summary for whatever state the run reached."""
+    writer.write_counts(_arrays(sim))
+    writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
+    summary = {**sim.summary(), "status": status, **(extra or {})}
+    writer.write_summary(summary)
+    run_bias.finish_hook(sim, writer.path)
+    return summary
+
+
+async def run_to_dir(
+    scenario: Scenario,
+    out: str | Path,
+    *,
+    overwrite: bool = False,
+    on_event: Callable[[StepEvent], None] | None = None,
+    simulation: Simulation | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Run ``scenario`` and write its run directory ``out``; returns the summary."""
+    path = rundir.prepare(out, overwrite=overwrite)
+    writer = rundir.RunWriter(path)
+    writer.write_scenario(scenario.to_toml())
+    sim = simulation if simulation is not None else Simulation(scenario, sink=writer)
+    return await _drive(sim, writer, on_event, should_stop)
+
+
+async def _drive(
+    sim: Simulation,
+    writer: rundir.RunWriter,
+    on_event: Callable[[StepEvent], None] | None,
+    should_stop: Callable[[], bool] | None,
+) -> dict[str, Any]:
+    """Drive ``sim`` into ``writer``'s directory: periodic checkpoints, and a final one when the
+    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which."""
+    scenario = sim.scenario
+    sim.sink = writer
+    sim.should_stop = should_stop
+    every = scenario.run.checkpoint_every
+    writer.write_summary({"name": scenario.name, "status": "running", "steps": sim.steps_done})
+    try:
+        async for event in sim.events():
+            if event.metrics is not None:
+                writer.write_counts(_arrays(sim))
+            if every and event.step % every == 0 and event.step < event.total_steps:
+                save_checkpoint(sim, writer)
+            if on_event is not None:
+                on_event(event)
+    except NumericalFault as exc:
+        save_checkpoint(sim, writer)
+        finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
+        raise
+    except SimulationStalled as exc:
+        finalize(sim, writer, "stalled", {"error": str(exc)})
+        raise
+    except RunInterrupted:
+        save_checkpoint(sim, writer)
+        await sim.aclose()
+        finalize(sim, writer, "interrupted", {"checkpoint": CHECKPOINT_NAME})
+        raise
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        finalize(sim, writer, "interrupted")  # mid-event: the last checkpoint (if any) stays valid
+        raise
+    finally:
+        writer.close()
+    return finalize(sim, writer, "completed")
+
+
+def save_checkpoint(sim: Simulation, writer: rundir.RunWriter) -> None:
+    """``checkpoint.pt`` with the CSV row counts (written after the rows it counts)."""
+    checkpoint.save(sim, writer.path / CHECKPOINT_NAME, extra={"csv_rows": writer.rows()})
+
+
+def run_to_dir_blocking(scenario: Scenario, out: str | Path, **kwargs: Any) -> dict[str, Any]:
+    return asyncio.run(run_to_dir(scenario, out, **kwargs))
+
+
+# ---------------------------------------------------------------------------------------------
+# resume
+OUTPUTS = ("updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", CHECKPOINT_NAME)
+
+
+@dataclass
+class ResumePlan:
+    """What :func:`inspect_run_dir` found: the scenario, the status, and the checkpoint (None:
+    the run restarts from scratch in the same directory)."""
+
+    path: Path
+    scenario: Scenario
+    status: str | None
+    checkpoint: dict[str, Any] | None
+
+    @property
+    def step(self) -> int:
+        return 0 if self.checkpoint is None else int(self.checkpoint["sim"]["version"]) - 1
+
+
+def inspect_run_dir(path: str | Path) -> ResumePlan:
+    """Check that ``path`` is a run directory that can be resumed, touching nothing.
+    Every problem is a :class:`RunDirError` (exit 2)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunDirError(f"{path}: no such run directory")
+    toml_path = path / "scenario.toml"
+    if not toml_path.is_file():
+        raise RunDirError(f"{path}: not a run directory (no scenario.toml); a run killed before writing it has nothing to resume: start it again with 'asyncfl run'")
+    status = None
+    summary_path = path / "summary.json"
+    if summary_path.exists():
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, OSError) as exc:
+            raise RunDirError(f"{summary_path}: not valid JSON ({exc.__class__.__name__}); the run directory is damaged") from None
+        if not isinstance(summary, dict):
+            raise RunDirError(f"{summary_path}: not a run summary")
+        version = summary.get("format_version")
+        if version != rundir.FORMAT_VERSION:
+            raise RunDirError(f"{path}: run directory format_version {version!r}; this asyncfl reads format_version {rundir.FORMAT_VERSION}")
+        status = summary.get("status")
+    try:
+        scenario = scenario_mod.load(toml_path)
+    except ScenarioError as exc:
+        raise RunDirError(f"{path}: its scenario.toml is not valid:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
+    state = None
+    if status not in ("completed", "diverged", "stalled") and (path / CHECKPOINT_NAME).exists():
+        state = checkpoint.read(path / CHECKPOINT_NAME)
+        if state.get("scenario") != scenario.to_toml():
+            raise CheckpointError(f"{path / CHECKPOINT_NAME}: written for another scenario than {toml_path} (edited after the run started?)")
+    return ResumePlan(path, scenario, status, state)
+
+
+async def resume_dir(
+    path: str | Path,
+    *,
+    on_event: Callable[[StepEvent], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    simulation_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Continue the run in ``path`` from its checkpoint (``asyncfl resume``).
+
+    Validates everything first (:func:`inspect_run_dir`) and only then cuts ``updates.csv`` and
+    ``metrics.csv`` back to the rows the checkpoint saw. Without a checkpoint (killed before the
+    first one) the run restarts from scratch in the same directory: its outputs are rewritten,
+    ``scenario.toml`` is kept. A completed run is left untouched; a diverged one is refused.
+    """
+    plan = inspect_run_dir(path)
+    if plan.status == "completed":
+        raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
+    if plan.status in ("diverged", "stalled"):
+        raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
+    kwargs = simulation_kwargs or {}
+    _remove_temporaries(plan.path)
+    if plan.checkpoint is None:
+        for name in OUTPUTS:
+            (plan.path / name).unlink(missing_ok=True)
+        writer = rundir.RunWriter(plan.path)
+        sim = Simulation(plan.scenario, sink=writer, **kwargs)
+        return await _drive(sim, writer, on_event, should_stop)
+    rows = checkpoint.extra_of(plan.checkpoint).get("csv_rows", {})
+    try:
+        sim = Simulation(plan.scenario, **kwargs)
+        checkpoint.load_state(sim, plan.checkpoint)
+    except (KeyError, TypeError) as exc:
+        raise CheckpointError(f"{plan.path / CHECKPOINT_NAME}: incomplete checkpoint ({exc})") from None
+    csvs = [(plan.path / "updates.csv", UPDATE_FIELDS), (plan.path / "metrics.csv", rundir.METRIC_FIELDS)]
+    sizes = [rundir.csv_prefix_size(p, fields, int(rows[p.name])) for p, fields in csvs]  # check both first
+    for (p, _), size in zip(csvs, sizes):
+        rundir.truncate(p, size)
+    writer = rundir.RunWriter(plan.path, append=True, rows=rows)
+    sim.sink = writer
+    return await _drive(sim, writer, on_event, should_stop)
+
+
+def _remove_temporaries(path: Path) -> None:
+    """Temporary files of an atomic write interrupted by a kill (``.NAME.XXXXXXXX``)."""
+    for child in path.iterdir():
+        if child.is_file() and child.name.startswith(".") and any(child.name.startswith(f".{n}.") for n in (*OUTPUTS, "scenario.toml")):
+            child.unlink()
+
+
+def resume_dir_blocking(path: str | Path, **kwargs: Any) -> dict[str, Any]:
+    return asyncio.run(resume_dir(path, **kwargs))

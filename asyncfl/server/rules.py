@@ -1,0 +1,138 @@
+"""Server update rules as explicit-state transformations (DESIGN.md §4; STYLE: optax).
+
+Every rule is a pair of pure functions: ``init(theta) -> state`` and
+``direction(aggregate, state) -> RuleOutput(m_t, new_state, coefficients)``. The step
+``θ_{t+1} = θ_t − η m_t`` is :func:`apply` and is the same for all rules. States are
+NamedTuples of tensors and numbers, so a checkpoint is just that data.
+
+Rules are registered by name in :data:`RULES`; entries given as ``"module:Class"`` strings are
+imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+import torch
+
+from asyncfl.server.aggregation import Aggregate
+from asyncfl.errors import ScenarioError
+
+
+class RuleOutput(NamedTuple):
+    """``direction`` = ``m_t``; ``coefficients`` = what the rule used to weight history
+    (``a_t`` for MA-full, ``(u_t, v_t)`` for MA-light, ``None`` otherwise), kept for analysis."""
+
+    direction: torch.Tensor
+    state: Any
+    coefficients: np.ndarray | None = None
+
+
+class ServerRule(Protocol):
+    def init(self, theta: torch.Tensor) -> Any: ...
+
+    def direction(self, aggregate: Aggregate, state: Any) -> RuleOutput: ...
+
+
+def apply(theta: torch.Tensor, direction: torch.Tensor, lr: float) -> torch.Tensor:
+    """``θ_{t+1} = θ_t − η m_t`` (a new tensor: dispatched jobs keep the version they got)."""
+    return theta - lr * direction
+
+
+class EmptyState(NamedTuple):
+    pass
+
+
+class SGD:
+    """``m_t = r_t``; target ``M = I``."""
+
+    def init(self, theta: torch.Tensor) -> EmptyState:
+        return EmptyState()
+
+    def direction(self, aggregate: Aggregate, state: EmptyState) -> RuleOutput:
+        return RuleOutput(aggregate.r, state)
+
+
+class TraceState(NamedTuple):
+    trace: torch.Tensor
+    started: bool
+
+
+class Momentum:
+    """Heavy ball: ``m_t = β m_{t−1} + r_t``, ``m_0 = 0``; target ``M[t,s] = β^(t−s)``.
+    Identical to ``torch.optim.SGD(momentum=β, dampening=0)``."""
+
+    def __init__(self, beta: float) -> None:
+        self.beta = beta
+
+    def init(self, theta: torch.Tensor) -> TraceState:
+        return TraceState(torch.zeros_like(theta), False)
+
+    def direction(self, aggregate: Aggregate, state: TraceState) -> RuleOutput:
+        # one new tensor per step (torch.add with alpha fuses the scale and the sum)
+        m = torch.add(aggregate.r, state.trace, alpha=self.beta) if state.started else aggregate.r.clone()
+        return RuleOutput(m, TraceState(m, True))
+
+
+class Nesterov:
+    """``h_t = β h_{t−1} + r_t``, ``m_t = r_t + β h_t``; target ``1+β`` at ``s = t``,
+    ``β^(t−s+1)`` for ``s < t``. Identical to ``torch.optim.SGD(momentum=β, nesterov=True)``."""
+
+    def __init__(self, beta: float) -> None:
+        self.beta = beta
+
+    def init(self, theta: torch.Tensor) -> TraceState:
+        return TraceState(torch.zeros_like(theta), False)
+
+    def direction(self, aggregate: Aggregate, state: TraceState) -> RuleOutput:
+        h = torch.add(aggregate.r, state.trace, alpha=self.beta) if state.started else aggregate.r.clone()
+        return RuleOutput(torch.add(aggregate.r, h, alpha=self.beta), TraceState(h, True))
+
+
+class AdamState(NamedTuple):
+    count: int
+    mu: torch.Tensor
+    nu: torch.Tensor
+
+
+class Adam:
+    """Adam on ``r_t`` (as ``torch.optim.Adam``): ``m_t = m̂_t / (√v̂_t + ε)`` with bias-corrected
+    first and second moments."""
+
+    def __init__(self, beta1: float, beta2: float, eps: float) -> None:
+        self.beta1, self.beta2, self.eps = beta1, beta2, eps
+
+    def init(self, theta: torch.Tensor) -> AdamState:
+        return AdamState(0, torch.zeros_like(theta), torch.zeros_like(theta))
+
+    def direction(self, aggregate: Aggregate, state: AdamState) -> RuleOutput:
+        g = aggregate.r
+        count = state.count + 1
+        mu = self.beta1 * state.mu + (1 - self.beta1) * g
+        nu = self.beta2 * state.nu + (1 - self.beta2) * g * g
+        mu_hat = mu / (1 - self.beta1**count)
+        denom = (nu / (1 - self.beta2**count)).sqrt() + self.eps
+        return RuleOutput(mu_hat / denom, AdamState(count, mu, nu))
+
+
+RULES: dict[str, Any] = {
+    "sgd": lambda server: SGD(),
+    "momentum": lambda server: Momentum(server.beta),
+    "nesterov": lambda server: Nesterov(server.beta),
+    "adam": lambda server: Adam(server.beta, server.adam_beta2, server.adam_eps),
+    "ma-full": "asyncfl.server.ma:MAFull",
+    "ma-light": "asyncfl.server.ma:MALight",
+}
+
+
+def make_rule(server: Any) -> ServerRule:
+    """The rule named by ``server.rule``, configured from the ``[server]`` section."""
+    entry = RULES.get(server.rule)
+    if entry is None:
+        raise ScenarioError([f"server.rule = {server.rule!r}: unknown rule. Allowed: {', '.join(RULES)}"])
+    if isinstance(entry, str):
+        module, _, cls = entry.partition(":")
+        return getattr(importlib.import_module(module), cls).from_config(server)
+    return entry(server)

@@ -1,0 +1,331 @@
+"""Synchronous splitting and primal-dual baselines: FedSplit, FedDR, FedPD (DESIGN.md §6).
+
+FedAvg and FedProx are :class:`~asyncfl.server.algorithms.PseudoGradient`; the three algorithms here
+share one mechanism, :class:`PersistentClients`, and differ only in four small pieces of math
+(the local problem, the client step, what is uploaded, the server step).
+
+**Client memory.** Every client ``k`` of the population (``K = population.clients``) keeps a few
+vectors across rounds — also while it is not sampled — stored as plain data in
+:class:`BaselineState` (``clients[name]`` is a ``[K, d]`` tensor), so a checkpoint is just that
+data. All clients are initialised alike from ``θ_1``.
+
+**One round** (``SyncProtocol``: the sampled cohort ``S``; its accepted uploads):
+
+1. ``make_job``: the client's local problem ``min f_k + (μ/2)‖θ − centre‖²`` (``μ = 1/s``),
+   warm-started at the client's *previous local output* (DESIGN §6), not at the centre;
+2. ``client_message``: the client's math on its trained model; the message is the client's
+   **new memory** stacked ``[len(memory), d]`` (a pure function of the job and the local model,
+   so an executor or a retry cannot apply it twice);
+3. ``server_update``: writes each accepted client's new memory — exactly once per accepted
+   upload (a rejected upload leaves the client's memory as it was: its round did not happen);
+   then, if this round communicates, the server stores each accepted client's upload in its
+   table ``table[k]`` (the latest upload of every client) and steps on the mean of the table
+   over **all** K clients.
+
+**Partial participation.** The server averages its table of the latest upload of every client,
+not the cohort's uploads: unsampled clients contribute what they last sent. This is FedDR's
+``θ̃ = (1/K) Σ_k θ̂_k`` (DESIGN §6; seed 000's ``θ̃ ← θ̃ + (1/K) Σ_{k∈S} Δθ̂_k`` is the same number
+kept incrementally), and it is what keeps the fixed point correct for FedSplit and FedPD too: at a
+fixed point every stored ``z_k`` (resp. ``θ_k + sλ_k``) is consistent with the same ``θ``, and the
+mean over all ``K`` is the optimality condition ``Σ_k ∇f_k(θ) = 0``. Averaging only the cohort's
+fresh values would move ``θ`` to a cohort-dependent point every round. With a full cohort the
+table is the cohort's uploads and each algorithm is exactly its seed pseudo-code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from asyncfl.server.aggregation import ClientUpdate
+from asyncfl.server.algorithms import Algorithm, StepInfo
+from asyncfl.config.scenario import Scenario
+from asyncfl.tasks.base import Task
+from asyncfl.compute.training import LocalJob
+
+Memory = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ClientJob(LocalJob):
+    """A :class:`LocalJob` that also carries what the client holds when it starts: the model
+    the server sent (``received``) and the client's memory at dispatch (``memory``)."""
+
+    received: torch.Tensor
+    memory: Memory
+
+
+class BaselineState(NamedTuple):
+    """Algorithm state as data (DESIGN §2): client memory, the server's table and counters.
+
+    ``clients[name]``: ``[K, d]``, row ``k`` = client ``k``'s vector ``name``;
+    ``table``: ``[K, d]``, the latest upload the server received from each client;
+    ``server``: the server's own vectors (FedDR's ``ω``);
+    ``rounds``: server steps taken; ``communications``: rounds in which clients uploaded and the
+    server averaged and broadcast (``rounds − communications`` = skipped rounds, FedPD).
+    """
+
+    clients: dict[str, torch.Tensor]
+    table: torch.Tensor
+    server: dict[str, torch.Tensor]
+    rounds: int
+    communications: int
+
+
+class PersistentClients:
+    """The shared mechanism (see the module docstring). Subclasses define:
+
+    * ``memory`` — names of the client's persistent vectors, and ``init_memory(θ_1)``;
+    * ``local_problem(θ, memory) -> (start, centre)`` — the job ``min f_k + (μ/2)‖·−centre‖²``;
+    * ``client_step(job, local) -> memory`` — the client's math after its local solve;
+    * ``upload(memory)`` — what the client sends the server;
+    * ``server_step(θ, mean_upload, server) -> (θ, server)`` — the server's step on the mean of
+      its table over all K clients;
+    * optionally ``communicates(rng)`` (default: always) and ``broadcast(θ, clients)``.
+    """
+
+    memory: tuple[str, ...] = ()
+
+    def __init__(self, num_clients: int, mu: float) -> None:
+        if mu <= 0:
+            raise ValueError(f"the proximal coefficient μ = 1/s must be positive, got {mu}")
+        self.num_clients, self.mu, self.s = num_clients, float(mu), 1.0 / float(mu)
+
+    def summary(self, state: "BaselineState") -> dict[str, Any]:
+        """``summary.json`` section: rounds, communications and skipped rounds."""
+        return {"baseline": {"rounds": state.rounds, "communications": state.communications,
+                             "skipped": state.rounds - state.communications}}
+
+    # -- per-algorithm math (overridden) ----------------------------------------------------
+    def init_memory(self, theta: torch.Tensor) -> Memory:
+        return {name: theta.clone() for name in self.memory}
+
+    def init_server(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {}
+
+    def local_problem(self, theta: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def client_step(self, job: ClientJob, local: torch.Tensor) -> Memory:
+        raise NotImplementedError
+
+    def upload(self, memory: Memory) -> torch.Tensor:
+        raise NotImplementedError
+
+    def server_step(
+        self, theta: torch.Tensor, mean_upload: torch.Tensor, server: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def communicates(self, rng: np.random.Generator) -> bool:
+        return True
+
+    def broadcast(self, theta: torch.Tensor, clients: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return clients
+
+    # -- the Algorithm protocol (shared) ------------------------------------------------------
+    def init(self, theta: torch.Tensor) -> BaselineState:
+        memory = self.init_memory(theta)
+        clients = {name: memory[name].expand(self.num_clients, -1).clone() for name in self.memory}
+        table = self.upload(memory).expand(self.num_clients, -1).clone()
+        return BaselineState(clients, table, self.init_server(theta), 0, 0)
+
+    def make_job(self, client: int, theta: torch.Tensor, seed: int, state: BaselineState) -> ClientJob:
+        memory = {name: rows[client].clone() for name, rows in state.clients.items()}
+        start, centre = self.local_problem(theta, memory)
+        return ClientJob(client=client, start=start, centre=centre, mu=self.mu, seed=seed,
+                         received=theta.clone(), memory=memory)
+
+    def client_message(self, job: LocalJob, local: torch.Tensor, state: BaselineState) -> torch.Tensor:
+        assert isinstance(job, ClientJob), "baseline jobs are made by make_job"
+        new = self.client_step(job, local)
+        return torch.stack([new[name] for name in self.memory])
+
+    def server_update(
+        self,
+        theta: torch.Tensor,
+        step: int,
+        updates: Sequence[ClientUpdate],
+        state: BaselineState,
+        rng: np.random.Generator,
+    ) -> tuple[torch.Tensor, BaselineState, StepInfo]:
+        clients = {name: rows.clone() for name, rows in state.clients.items()}
+        senders: list[int] = []
+        for update in updates:
+            if update.client in senders:
+                raise ValueError(f"client {update.client} uploaded twice in step {step}")
+            senders.append(update.client)
+            for name, row in zip(self.memory, update.delta.unbind(0)):
+                clients[name][update.client] = row
+        table, server = state.table, state.server
+        communicate = self.communicates(rng)
+        if communicate:
+            table = table.clone()
+            for k in senders:
+                table[k] = self.upload({name: clients[name][k] for name in self.memory})
+            theta, server = self.server_step(theta, table.mean(dim=0), server)
+            clients = self.broadcast(theta, clients)
+        new_state = BaselineState(clients, table, server, state.rounds + 1, state.communications + int(communicate))
+        return theta, new_state, StepInfo()
+
+
+class FedSplit(PersistentClients):
+    """FedSplit (Peaceman–Rachford; DESIGN §6, seed 000). Client memory ``z_k`` (initialised to
+    ``θ_1``) and ``x_k`` (the last local output, the warm start):
+
+    ``x_k = prox_{f_k,μ}(2θ − z_k)``, ``z_k ← z_k + 2(x_k − θ)``, upload ``z_k``;
+    server ``θ = (1/K) Σ_k z_k`` over all K clients (the latest ``z_k`` of each).
+
+    ``z_k`` is never reset to ``θ`` (seed 000's ``θ_k ← θ`` is the initialisation only).
+    """
+
+    memory = ("z", "x")
+
+    def local_problem(self, theta: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        return memory["x"], 2 * theta - memory["z"]
+
+    def client_step(self, job: ClientJob, local: torch.Tensor) -> Memory:
+        return {"z": job.memory["z"] + 2 * (local - job.received), "x": local}
+
+    def upload(self, memory: Memory) -> torch.Tensor:
+        return memory["z"]
+
+    def server_step(self, theta, mean_upload, server):
+        return mean_upload, server
+
+
+def prox_regularizer(kind: str, reg: float, v: torch.Tensor, step: float) -> torch.Tensor:
+    """``prox_{step·g}(v) = argmin_x g(x) + ‖x − v‖²/(2·step)`` for FedDR's server regulariser:
+    ``none``: ``g = 0`` → ``v``; ``l1``: ``g = reg‖x‖₁`` → soft-threshold at ``step·reg``;
+    ``l2``: ``g = (reg/2)‖x‖²`` → ``v / (1 + step·reg)``."""
+    if kind == "none" or reg == 0.0:
+        return v
+    if kind == "l1":
+        return torch.sign(v) * torch.clamp(v.abs() - step * reg, min=0.0)
+    if kind == "l2":
+        return v / (1.0 + step * reg)
+    raise ValueError(f"unknown regulariser {kind!r}; known: none, l1, l2")
+
+
+class FedDR(PersistentClients):
+    """FedDR (Douglas–Rachford; DESIGN §6, seed 000 eq. (11) and pseudo-code), minimising
+    ``F(θ) = (1/K) Σ_k f_k(θ) + g(θ)``. Client memory ``ω_k`` and ``x_k`` (= the seed's ``θ_k``,
+    the last local output and warm start); server block ``ω``:
+
+    client: ``ω_k ← ω_k + α(θ̄ − x_k)``, ``x_k = prox_{f_k,μ}(ω_k)``, upload ``θ̂_k = 2x_k − ω_k``;
+    server: ``θ̃ = (1/K) Σ_k θ̂_k`` (all K clients, stale ones included),
+    ``ω ← ω + α(θ̄ − ω)``, ``θ̄ ← prox_{g,(K+1)/(Ks)}(K/(K+1) θ̃ + 1/(K+1) ω)``, where
+    ``prox_{g,μ'}(c) = argmin g(x) + (μ'/2)‖x − c‖²``, i.e. step ``Ks/(K+1)``.
+
+    (The ``(K+1)``-th block ``ω`` carries the zero function; the consensus resolvent with
+    ``K·g`` then gives exactly that prox, so the fixed point solves ``0 ∈ Σ_k ∇f_k + K ∂g``.)
+
+    Initialisation: ``ω_k = x_k = ω = θ̄ = θ_1``. Taking ``x_k^{(0)} = θ_1`` as the pseudo-code's
+    inexact initial prox (its error bound ``ε_{k,0}``) makes ``θ̂_k^{(0)} = θ_1`` and so
+    ``θ̃^{(0)} = θ_1`` is the mean of the stored ``θ̂_k`` from the start; the first round of a
+    client then computes ``prox_{f_k,μ}(θ_1)`` (its ``ω_k`` does not move: ``θ̄ − x_k = 0``).
+    """
+
+    memory = ("omega", "x")
+
+    def __init__(self, num_clients: int, mu: float, alpha: float, regularizer: str = "none", reg: float = 0.0) -> None:
+        super().__init__(num_clients, mu)
+        if not 0.0 < alpha < 2.0:
+            raise ValueError(f"FedDR needs α in (0, 2), got {alpha}")
+        self.alpha, self.regularizer, self.reg = float(alpha), regularizer, float(reg)
+        prox_regularizer(regularizer, 1.0, torch.zeros(1), 1.0)  # unknown names fail here
+
+    def init_server(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"omega": theta.clone()}
+
+    def local_problem(self, theta: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        omega = memory["omega"] + self.alpha * (theta - memory["x"])
+        return memory["x"], omega
+
+    def client_step(self, job: ClientJob, local: torch.Tensor) -> Memory:
+        return {"omega": job.centre, "x": local}  # the prox centre is the new ω_k
+
+    def upload(self, memory: Memory) -> torch.Tensor:
+        return 2 * memory["x"] - memory["omega"]
+
+    def server_step(self, theta, mean_upload, server):
+        K = self.num_clients
+        omega = server["omega"] + self.alpha * (theta - server["omega"])
+        centre = (K * mean_upload + omega) / (K + 1)
+        return prox_regularizer(self.regularizer, self.reg, centre, K * self.s / (K + 1)), {"omega": omega}
+
+
+class FedPD(PersistentClients):
+    """FedPD (primal-dual; DESIGN §6, seed 002), ``s = 1/μ``. Client memory ``λ_k`` (initial 0),
+    ``c_k = θ_{k,0}`` (the local problem's anchor, initial ``θ_1``) and ``x_k`` (the last local
+    output, the warm start):
+
+    client: ``x_k = argmin f_k(θ) + ⟨λ_k, θ − c_k⟩ + ‖θ − c_k‖²/(2s) = prox_{f_k,μ}(c_k − sλ_k)``,
+    ``λ_k ← λ_k + (x_k − c_k)/s``, ``c_k ← x_k + sλ_k`` (new ``λ_k``);
+    then with probability ``1 − p`` the round communicates: clients upload ``c_k``, the server
+    sets ``θ = (1/K) Σ_k c_k`` (its table over all K) and broadcasts, ``c_k ← θ`` for every
+    client; with probability ``p`` (``server.skip_probability``) the round is skipped: no upload,
+    ``θ`` unchanged, clients keep their own ``c_k``. The coin uses the ``rng`` the simulator
+    passes to ``server_update``, so it is seeded; ``BaselineState.communications`` counts the
+    rounds that communicated.
+
+    In the simulator a skipped round still takes the cohort's latency on the virtual clock: the
+    local work happens, only the exchange is skipped.
+
+    Fixed points: with ``p = 0`` and exact solves FedPD converges to the pooled ``θ*`` (DESIGN
+    §6). With ``p > 0`` it does not, in general: an exact local solve gives
+    ``λ_k = −∇f_k(x_k)`` after every client step, so a skipped round is the proximal-point step
+    ``x_k ← prox_{f_k,μ}(x_k)`` on the client's own ``f_k`` (drift towards its own optimum); even
+    from ``θ*`` a skip leaves ``c_k = θ* + sλ_k ≠ θ*``. Seed 002's accuracy–skipping trade-off
+    (its eq. (6)) is this neighbourhood.
+    """
+
+    memory = ("lam", "c", "x")
+
+    def __init__(self, num_clients: int, mu: float, skip_probability: float) -> None:
+        super().__init__(num_clients, mu)
+        if not 0.0 <= skip_probability < 1.0:
+            raise ValueError(f"FedPD's skip probability p must be in [0, 1), got {skip_probability}")
+        self.p = float(skip_probability)
+
+    def init_memory(self, theta: torch.Tensor) -> Memory:
+        return {"lam": torch.zeros_like(theta), "c": theta.clone(), "x": theta.clone()}
+
+    def local_problem(self, theta: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        return memory["x"], memory["c"] - self.s * memory["lam"]
+
+    def client_step(self, job: ClientJob, local: torch.Tensor) -> Memory:
+        lam = job.memory["lam"] + (local - job.memory["c"]) / self.s
+        return {"lam": lam, "c": local + self.s * lam, "x": local}
+
+    def upload(self, memory: Memory) -> torch.Tensor:
+        return memory["c"]
+
+    def server_step(self, theta, mean_upload, server):
+        return mean_upload, server
+
+    def communicates(self, rng: np.random.Generator) -> bool:
+        return bool(rng.random() >= self.p)  # P(skip) = P(U < p) = p
+
+    def broadcast(self, theta: torch.Tensor, clients: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {**clients, "c": theta.expand_as(clients["c"]).clone()}
+
+
+def make_algorithm(scenario: Scenario, task: Task) -> Algorithm:
+    """The algorithm named by ``server.algorithm`` for ``fedsplit`` | ``feddr`` | ``fedpd``
+    (``fedavg``/``fedprox`` are :class:`~asyncfl.server.algorithms.PseudoGradient`, built by
+    :func:`asyncfl.sim.engine.default_algorithm`)."""
+    server, mu, K = scenario.server, scenario.client.mu, task.num_clients
+    if server.algorithm == "fedsplit":
+        return FedSplit(K, mu)
+    if server.algorithm == "feddr":
+        return FedDR(K, mu, server.alpha, server.regularizer, server.reg)
+    if server.algorithm == "fedpd":
+        return FedPD(K, mu, server.skip_probability)
+    raise ValueError(
+        f"server.algorithm = {server.algorithm!r}: not a splitting/primal-dual baseline "
+        "(known here: fedsplit, feddr, fedpd; fedavg and fedprox are PseudoGradient)"
+    )
