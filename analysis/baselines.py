@@ -1,4 +1,4 @@
-"""Optimality gap of the synchronous baselines (and FedBuff for reference), DESIGN.md §6.
+"""Optimality gap of the synchronous baselines (and FedBuff for reference), docs/baselines.md.
 
 ``python -m analysis.baselines --out DIR`` runs FedAvg, FedProx, FedSplit, FedDR, FedPD
 (``server.protocol = "sync"``) and FedBuff on two problems,
@@ -8,10 +8,10 @@
   ``f_k(θ) = mean_i CE_k,i(θ) + (l2/2)‖θ‖²``;
 
 FedPD once with ``p = 0`` and once skipping with ``p = 0.2`` (``fedpd-skip``), FedBuff until it
-reaches the sync runs' final virtual time; all with the same inexact local solver (full-batch gradient steps, warm-started as DESIGN §6
+reaches the sync runs' final virtual time; all with the same inexact local solver (full-batch gradient steps, warm-started as docs/baselines.md
 says), and plots the optimality gap ``F(θ_t) − F*`` of
 
-    F(θ) = (1/K) Σ_k f_k(θ)          (FedDR's F with g = 0, seed 000 eq. (9))
+    F(θ) = (1/K) Σ_k f_k(θ)          (FedDR's F with g = 0, docs/baselines.md §4)
 
 against server steps (rounds) and against virtual time, on log scales. ``F*`` is scipy's:
 ``scipy.linalg.lstsq`` on the stacked least-squares data, L-BFGS on the pooled logistic objective

@@ -1,6 +1,6 @@
 """Which post-processing of the noisy staleness counts gives MA the best estimate of W?
 
-DESIGN.md §5: the server decodes ``ĉ_τ = c_τ + N(0, ξ²)`` per step and builds
+docs/privacy.md: the server decodes ``ĉ_τ = c_τ + N(0, ξ²)`` per step and builds
 ``Ŵ[t, t−τ] = (τ+1)^(−p) ĉ'_τ / C``. MA fits ``A W ≈ M`` on that matrix (``asyncfl/server/ma.py`` is
 not in this branch), so the figure of merit here is the relative Frobenius error
 ``‖Ŵ − W‖_F / ‖W‖_F`` of the whole lower-triangular matrix, and of its diagonal (the

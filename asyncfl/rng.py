@@ -1,4 +1,4 @@
-"""Seeded random streams (DESIGN.md §2 principle 1: event order is a pure function of the
+"""Seeded random streams (docs/architecture.md §2 principle 1: event order is a pure function of the
 scenario and its seed).
 
 One ``numpy.random.SeedSequence`` per run is split into independent named streams, so adding a

@@ -1,4 +1,4 @@
-"""Fast screening of client updates for non-finite entries (DESIGN.md §8 reliability).
+"""Fast screening of client updates for non-finite entries (docs/architecture.md §8 reliability).
 
 ``torch.isfinite(x).all()`` is not vectorised on CPU: on a ``(50, 3000)`` float32 block it costs
 ~10× more than one multiply and one sum. ``x · 0`` is ``±0`` for a finite entry and NaN for

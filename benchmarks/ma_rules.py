@@ -1,4 +1,4 @@
-"""Per-step cost and server memory of the MA rules against momentum (issue 3, DESIGN.md §4).
+"""Per-step cost and server memory of the MA rules against momentum (issue 3, docs/server-rules.md).
 
 Run on demand (not collected by pytest)::
 

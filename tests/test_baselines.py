@@ -1,4 +1,4 @@
-"""Synchronous baselines against their closed forms (DESIGN.md §6; seeds 000 and 002).
+"""Synchronous baselines against their closed forms (docs/baselines.md; seeds 000 and 002).
 
 Every expected value is computed here, independently of the simulator, in numpy/scipy from the
 clients' data ``(A_k, b_k)`` (``f_k(θ) = ½‖A_kθ − b_k‖²``, ``H_k = A_kᵀA_k``, ``g_k = A_kᵀb_k``).
@@ -17,6 +17,7 @@ import torch
 from asyncfl.config import scenario as sc
 from asyncfl.server.aggregation import ClientUpdate
 from asyncfl.server.splitting import BaselineState, FedDR, FedPD, FedSplit, prox_regularizer
+from asyncfl.server.algorithms import ServerStreams
 from asyncfl.sim.engine import Simulation, run_blocking
 from asyncfl.errors import ScenarioError
 
@@ -30,8 +31,13 @@ POOLED_1D = 4 / 9  # (g_1 + g_2)/(h_1 + h_2)
 TOL = 1e-8
 
 
+def _streams(seed: int) -> ServerStreams:
+    """The server's random streams for a direct call of ``server_update``."""
+    return ServerStreams(noise=np.random.default_rng(seed), algorithm=np.random.default_rng(seed + 1))
+
+
 def fedprox_1d(mu: float) -> float:
-    """Seed 000 eq. (1)."""
+    """FedProx on the two-client 1-D example: (18 + 4μ)/(16 + 9μ) (docs/baselines.md §8)."""
     return (18 + 4 * mu) / (16 + 9 * mu)
 
 
@@ -81,7 +87,7 @@ def step_through(s: sc.Scenario) -> tuple[Simulation, list[dict[str, Any]]]:
 
 
 # ----------------------------------------------------------------------------------------------
-# seed 000's 1-D example
+# the two-client 1-D example of docs/baselines.md §8
 def test_seed_1d_fedavg_with_exact_local_solves_gives_9_over_8():
     assert FEDAVG_EXACT_1D == pytest.approx(np.mean([g / h for g, h in zip(SEED_G, SEED_H)]), abs=1e-15)
     theta = final_theta(scenario("fedavg", steps=5))
@@ -177,7 +183,7 @@ def test_random_ls_splitting_and_primal_dual_reach_the_pooled_solution(algorithm
 
 
 def ista(A: list[np.ndarray], b: list[np.ndarray], reg: float, iters: int = 20000) -> np.ndarray:
-    """Proximal gradient on ``(1/K) Σ_k f_k + reg‖θ‖₁`` (FedDR's F, seed 000 eq. (9))."""
+    """Proximal gradient on ``(1/K) Σ_k f_k + reg‖θ‖₁`` (FedDR's F, docs/baselines.md §4)."""
     K = len(A)
     H = sum(a.T @ a for a in A) / K
     g = sum(a.T @ y for a, y in zip(A, b)) / K
@@ -300,7 +306,7 @@ def test_warm_start_is_the_previous_local_output_not_the_prox_centre():
     job = alg.make_job(1, theta, seed=0, state=state)
     local = torch.tensor([0.5, 0.25], dtype=torch.float64)
     update = ClientUpdate(1, 1, 0, alg.client_message(job, local, state))
-    new_theta, state, _ = alg.server_update(theta, 1, [update], state, np.random.default_rng(0))
+    new_theta, state, _ = alg.server_update(theta, 1, [update], state, _streams(0))
     torch.testing.assert_close(state.clients["z"][1], theta + 2 * (local - theta))
     torch.testing.assert_close(state.clients["x"][1], local)
     torch.testing.assert_close(new_theta, state.table.mean(dim=0))
@@ -309,7 +315,7 @@ def test_warm_start_is_the_previous_local_output_not_the_prox_centre():
     torch.testing.assert_close(job2.centre, 2 * new_theta - state.clients["z"][1])
     assert not torch.equal(job2.start, job2.centre)
     with pytest.raises(ValueError, match="uploaded twice"):
-        alg.server_update(new_theta, 2, [update, update], state, np.random.default_rng(0))
+        alg.server_update(new_theta, 2, [update, update], state, _streams(0))
 
 
 @pytest.mark.parametrize("alg", [FedSplit(4, 2.0), FedDR(4, 2.0, 1.2, "l1", 0.1), FedPD(4, 2.0, 0.5)])
@@ -322,13 +328,13 @@ def test_state_round_trips_through_a_checkpoint(alg, tmp_path):
         for k in (step % 4, (step + 1) % 4):
             job = alg.make_job(k, theta, seed=step, state=state)
             updates.append(ClientUpdate(k, step, 0, alg.client_message(job, job.centre * 0.5, state)))
-        theta, state, _ = alg.server_update(theta, step, updates, state, np.random.default_rng(step))
+        theta, state, _ = alg.server_update(theta, step, updates, state, _streams(step))
     torch.save(state._asdict(), tmp_path / "state.pt")
     loaded = BaselineState(**torch.load(tmp_path / "state.pt", weights_only=False))
     job_a, job_b = alg.make_job(2, theta, 9, state), alg.make_job(2, theta, 9, loaded)
     upd = [ClientUpdate(2, 4, 0, alg.client_message(job_a, job_a.centre, state))]
-    a = alg.server_update(theta, 4, upd, state, np.random.default_rng(7))
-    b = alg.server_update(theta, 4, upd, loaded, np.random.default_rng(7))
+    a = alg.server_update(theta, 4, upd, state, _streams(7))
+    b = alg.server_update(theta, 4, upd, loaded, _streams(7))
     torch.testing.assert_close(job_a.centre, job_b.centre, rtol=0, atol=0)
     torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
     for name in state.clients:

@@ -14,7 +14,7 @@ import tomli_w
 
 from asyncfl.cli.main import main
 from asyncfl.run.rundir import METRIC_FIELDS, read_csv
-from asyncfl.sim.engine import UPDATE_FIELDS
+from asyncfl.records import UPDATE_FIELDS
 
 from conftest import make_raw
 
@@ -144,3 +144,25 @@ def test_console_script_exits_2_without_traceback(scenario_file):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "server.buffer = 0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_scenarios_lists_the_library_from_any_working_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the default is the checkout's scenarios/, not ./scenarios
+    assert main(["scenarios"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert "quickstart" in names and names == sorted(names)
+    assert main(["scenarios", "--dir", str(tmp_path / "nowhere")]) == 2
+    assert "no such directory of scenario files" in capsys.readouterr().err
+
+
+def test_names_and_paths_are_printed_verbatim(scenario_file, tmp_path, capsys):
+    # rich would read "[bold]…[/bold]" as markup and ":thumbs_up:" as an emoji code
+    odd = "[bold]odd[/bold] :thumbs_up: " + "x" * 150
+    assert main(["validate", str(scenario_file), "--set", f'name="{odd}"']) == 0
+    assert f'name = "{odd}"' in capsys.readouterr().out
+    out = tmp_path / "[red]run[red] :smile:"
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
+    png = tmp_path / ("[b]curves[b] :x: " + "y" * 120 + ".png")
+    assert main(["plot", str(out), "--out", str(png)]) == 0
+    assert capsys.readouterr().out == f"wrote {png}\n"
+    assert png.is_file()

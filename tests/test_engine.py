@@ -1,4 +1,4 @@
-"""The simulator's clock and protocols (DESIGN.md §3), checked against a brute-force heapq loop
+"""The simulator's clock and protocols (docs/protocol.md), checked against a brute-force heapq loop
 and against invariants that must hold on every run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Specification of momentum approximation (DESIGN.md §4; asyncfl/server/ma.py, asyncfl/server/bias.py).
+"""Specification of momentum approximation (docs/server-rules.md; asyncfl/server/ma.py, asyncfl/server/bias.py).
 
 Expected numbers are computed independently of the code under test: explicit loops for M and W,
 ``torch.optim.SGD`` for momentum/Nesterov trajectories, ``np.linalg.inv``/``np.linalg.lstsq`` on
@@ -18,7 +18,8 @@ import torch
 from asyncfl.server import ma
 from asyncfl.server.aggregation import Aggregate, weight_matrix
 from asyncfl.server.bias import bias_report, plot_bias_heatmaps
-from asyncfl.server.rules import Momentum, Nesterov, apply, make_rule
+from asyncfl.server.compose import make_rule
+from asyncfl.server.rules import Momentum, Nesterov, apply
 
 KINDS = ("momentum", "nesterov")
 
@@ -26,7 +27,7 @@ KINDS = ("momentum", "nesterov")
 # ----------------------------------------------------------------------------------------------
 # independent helpers
 def loop_target(kind: str, beta: float, T: int) -> np.ndarray:
-    """M by the definition of DESIGN §4, one entry at a time (1-based t, s)."""
+    """M by the definition of docs/server-rules.md, one entry at a time (1-based t, s)."""
     M = np.zeros((T, T))
     for t in range(1, T + 1):
         for s in range(1, t + 1):
@@ -50,7 +51,7 @@ def loop_weight_matrix(counts: np.ndarray, p: float, C: int) -> np.ndarray:
 
 
 def fedbuff_counts(rng: np.random.Generator, T: int, K: int, C: int, latency: str = "exp") -> np.ndarray:
-    """``by_staleness[t-1, τ]`` from a small FedBuff event simulation (DESIGN §3): K clients in
+    """``by_staleness[t-1, τ]`` from a small FedBuff event simulation (docs/protocol.md): K clients in
     flight, each arrival dispatches a replacement with the current version, a step every C
     arrivals; latencies exponential or log-normal."""
     draw = (lambda: rng.exponential(1.0)) if latency == "exp" else (lambda: rng.lognormal(0.0, 1.0))
@@ -376,7 +377,7 @@ def test_random_patterns_full_dominates_and_light_usually_beats_momentum(kind):
     # staleness ≥ 1): momentum 0 worse (13 of 1500 when nearly fresh ones are included, worst
     # +0.067); Nesterov 6 worse (0.5 %), worst +0.002 (21 of 1500 with the fresh ones, worst +0.034).
     # Nesterov fits the heavy-ball buffer and adds the look-ahead (MALight); the earlier direct fit
-    # of the Nesterov row was worse in 2.9 % of the seed-2 patterns (worst +0.056). DESIGN §4
+    # of the Nesterov row was worse in 2.9 % of the seed-2 patterns (worst +0.056). docs/server-rules.md
     # reports ~1 in 900 worse for momentum: so no "always".
     limit, worst_limit = 0.01, 0.1
     assert worse / stale <= limit, (worse, stale, worst)
@@ -460,7 +461,7 @@ def test_version_row_ignores_versions_before_one():
 
 @pytest.mark.parametrize("rule", [ma.MAFull(0.9, "momentum", 0.0), ma.MAFull(0.9, "nesterov", 1e-3, 6), ma.MALight(0.9, "nesterov")])
 def test_rules_survive_noisy_weights(rule):
-    # privacy: Ŵ rows are noisy, with negative entries and rows not summing to 1 (DESIGN §5)
+    # privacy: Ŵ rows are noisy, with negative entries and rows not summing to 1 (docs/privacy.md)
     rng = np.random.default_rng(12)
     T, L = 40, 8
     state = rule.init(torch.zeros(4, dtype=torch.float64))

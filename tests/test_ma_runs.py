@@ -1,4 +1,4 @@
-"""Momentum approximation inside real runs (DESIGN.md §4): the sync protocol (W = I), heavily
+"""Momentum approximation inside real runs (docs/server-rules.md): the sync protocol (W = I), heavily
 stale FedBuff runs, and bias.json against an independent computation from updates.csv."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_heavily_stale_run_ma_rules_have_less_bias_than_momentum_and_learn(tmp_p
 
 
 def test_ridge_keeps_ma_full_stable_where_lambda_zero_diverges():
-    """DESIGN §4: with λ = 0, versions whose updates have not arrived leave W singular or
+    """docs/server-rules.md: with λ = 0, versions whose updates have not arrived leave W singular or
     ill-conditioned, a_t grows with alternating signs and the sampling noise is amplified.
     Recorded on this pattern (K = 10C, exponential latencies, unbounded staleness, seed 3,
     150 steps): λ = 0 used |a| up to ~1.4e3 and the training objective went from 5.7 to ~1e5;

@@ -1,4 +1,4 @@
-"""Performance features must not change the numbers (DESIGN.md §2 principle 2): batched
+"""Performance features must not change the numbers (docs/architecture.md §2 principle 2): batched
 training equals per-client training, and every executor gives the same run."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import torch
 from asyncfl.config import scenario as sc
 from asyncfl.sim.engine import Simulation, run_blocking
 from asyncfl.errors import ScenarioError
-from asyncfl.compute.executors import BatchedExecutor, NullExecutor, make_executor
+from asyncfl.compute.compose import make_executor
+from asyncfl.compute.executors import BatchedExecutor, NullExecutor
 from asyncfl.tasks import build_task
 from asyncfl.compute.training import LocalJob, batch_schedule, group_indices, local_steps_count, local_train, mlp_layers, train_batched
 

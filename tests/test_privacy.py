@@ -1,4 +1,4 @@
-"""Specification of private aggregation (DESIGN.md §5), with independently computed numbers."""
+"""Specification of private aggregation (docs/privacy.md), with independently computed numbers."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_xi_not_above_sigma_names_field():
 # --------------------------------------------------------------------------- aggregator
 def _updates(rng: np.random.Generator, taus, d: int, scale: float = 1.0, dtype=torch.float64):
     return [
-        ClientUpdate(client=k, version=10 - t, staleness=int(t), delta=torch.tensor(rng.normal(0, scale, d), dtype=dtype))
+        ClientUpdate(client=k, version=10 - t, staleness=int(t), message=torch.tensor(rng.normal(0, scale, d), dtype=dtype))
         for k, t in enumerate(taus)
     ]
 
@@ -125,8 +125,10 @@ def test_aggregate_is_sum_of_payloads_plus_one_seeded_draw():
     updates = _updates(np.random.default_rng(0), [0, 2, 1, 2], d, scale=2.0)
     out = agg.aggregate(7, updates, np.random.default_rng(42))
 
-    # only the three fields of an Aggregate, of the right kinds
-    assert type(out) is Aggregate and out._fields == ("step", "r", "weights") and len(out) == 3
+    # only the fields of an Aggregate, of the right kinds: everything is a post-processing of
+    # the one noisy sum (r, the post-processed W row, and the raw noisy counts it came from)
+    assert type(out) is Aggregate and out._fields == ("step", "r", "weights", "raw_counts")
+    assert isinstance(out.raw_counts, np.ndarray) and out.raw_counts.shape == (L,)
     assert out.step == 7
     assert isinstance(out.r, torch.Tensor) and out.r.shape == (d,) and out.r._base is None
     assert isinstance(out.weights, np.ndarray) and out.weights.shape == (L,)
@@ -136,19 +138,17 @@ def test_aggregate_is_sum_of_payloads_plus_one_seeded_draw():
     noise = np.random.default_rng(42).normal(0.0, sigma * S, d + L)
     total = np.zeros(d + L)
     for u in updates:
-        v = u.delta.numpy()
+        v = u.message.numpy()
         total[:d] += (u.staleness + 1.0) ** (-p) * v * min(1.0, S_d / np.linalg.norm(v))
         total[d + u.staleness] += gamma
     noisy = total + noise
     np.testing.assert_allclose(out.r.numpy(), noisy[:d] / C, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(agg.last_raw_counts, noisy[d:] / gamma, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.raw_counts, noisy[d:] / gamma, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(out.weights, (np.arange(L) + 1.0) ** (-p) * (noisy[d:] / gamma) / C, rtol=1e-12)
 
-    # the aggregator keeps nothing per client: only scalars and the raw count row of length L
+    # the aggregator keeps nothing at all between steps: only its configuration scalars
     for name, value in vars(agg).items():
-        assert not isinstance(value, torch.Tensor), name
-        if isinstance(value, np.ndarray):
-            assert name == "last_raw_counts" and value.shape == (L,)
+        assert isinstance(value, (int, float, str)), name
 
 
 def test_aggregate_detached_from_client_tensors():
@@ -205,7 +205,7 @@ def test_noise_has_std_sigma_S_on_every_coordinate_and_counts_std_xi():
     for i in range(n):
         out = agg.aggregate(i, ups, rng)
         noise_r[i] = out.r.numpy() * C  # = noise on the first d coordinates
-        noise_c[i] = agg.last_raw_counts - true_counts  # = noise / γ, std ξ
+        noise_c[i] = out.raw_counts - true_counts  # = noise / γ, std ξ
     lo, hi = _chi2_bounds(n, d + L)
     stat_r = (noise_r**2).sum(axis=0) / (sigma * S) ** 2
     stat_c = (noise_c**2).sum(axis=0) / xi**2

@@ -1,4 +1,4 @@
-"""Private aggregation inside real runs (DESIGN.md §5): what the run directory records, what
+"""Private aggregation inside real runs (docs/privacy.md): what the run directory records, what
 the server rule can see, and that private FedBuff still learns with every rule."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_run_directory_records_the_privacy_parameters_and_noisy_counts(tmp_path)
     summary = run_to_dir_blocking(private(rule="ma-light"), tmp_path / "run")
     p = summary["privacy"]
     sigma, clip, xi = 0.3, 1.0, 1.0
-    gamma = sigma * clip / np.sqrt(xi**2 - sigma**2)  # γ = σ S_Δ / √(ξ² − σ²), DESIGN §5
+    gamma = sigma * clip / np.sqrt(xi**2 - sigma**2)  # γ = σ S_Δ / √(ξ² − σ²), docs/privacy.md
     assert p["sigma"] == sigma and p["xi"] == xi and p["gamma"] == pytest.approx(gamma, rel=1e-12)
     assert p["accountant"] == "pld" and p["delta"] == 1e-6 and p["epsilon_spent"] > 0
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]
@@ -76,7 +76,7 @@ def test_the_server_rule_receives_one_aggregate_per_step_and_nothing_per_client(
     asyncio.run(sim.run())
     assert [a.step for a in spy.seen] == list(range(1, 31))
     for aggregate in spy.seen:
-        assert type(aggregate) is Aggregate and aggregate._fields == ("step", "r", "weights")
+        assert type(aggregate) is Aggregate and aggregate._fields == ("step", "r", "weights", "raw_counts")
         assert aggregate.r.shape == (sim.task.dim,)
         assert aggregate.weights.shape == (11,)  # one row of Ŵ, indexed by staleness
     # the weights the rule saw are the post-processed noisy counts ('project': they sum to 1 with p = 0)

@@ -1,4 +1,4 @@
-"""The privacy–utility sweep (``asyncfl privacy``, analysis/privacy_sweep.py; DESIGN.md §5):
+"""The privacy–utility sweep (``asyncfl privacy``, asyncfl/studies/privacy_sweep/; docs/privacy.md):
 outputs and columns, the analytic noise levels against the formulas computed here, one σ for
 every point at fixed (ε, δ), γ ↔ ξ per row, and input validation (exit 2 naming the option)."""
 
@@ -41,7 +41,7 @@ def scenario_file(tmp_path):
 
 @pytest.fixture(scope="module")
 def sigma() -> float:
-    # q = C/N, T steps: the sweep must calibrate exactly this σ once (DESIGN §5)
+    # q = C/N, T steps: the sweep must calibrate exactly this σ once (docs/privacy.md)
     return calibrate_sigma(EPS, DELTA, C / N, T, "rdp")
 
 

@@ -34,10 +34,12 @@ from hypothesis import strategies as st
 from asyncfl.run import checkpoint
 from asyncfl.cli.main import main
 from asyncfl.sim.clock import timeout_at
-from asyncfl.sim.engine import UPDATE_FIELDS, Simulation
+from asyncfl.records import UPDATE_FIELDS
+from asyncfl.sim.engine import Simulation
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.compute.executors import InlineExecutor
-from asyncfl.run.rundir import METRIC_FIELDS, read_csv
+from asyncfl.records import METRIC_FIELDS
+from asyncfl.run.rundir import read_csv
 from asyncfl.run.runner import resume_dir, run_to_dir
 from asyncfl.tasks import build_task
 
@@ -115,9 +117,9 @@ def assert_same_run(a: Path, b: Path) -> None:
 
 def _buffered(out: Path) -> int:
     """Uploads waiting in the checkpoint's buffer (FedBuff) or open sync round."""
-    state = checkpoint.read(out / "checkpoint.pt")
-    arrived = [v for k, v in state["protocol"]["data"].items() if k == "arrived"]
-    return len(state["sim"]["buffer"]) + sum(len(a) for a in arrived)
+    state = checkpoint.read(out / "checkpoint.pt").state
+    arrived = state.protocol.arrived if hasattr(state.protocol, "arrived") else ()
+    return len(state.buffer) + len(arrived)
 
 
 def _resume_check(overrides: dict[str, Any], tmp_path: Path, stops=STOPS) -> None:
@@ -198,9 +200,9 @@ def test_periodic_checkpoint_after_a_crash_truncates_and_resumes_twice(tmp_path)
 
     with pytest.raises(KeyboardInterrupt):
         asyncio.run(run_to_dir(scenario, out, on_event=crash))
-    state = checkpoint.read(out / "checkpoint.pt")
-    assert int(state["sim"]["version"]) - 1 == 6  # the last periodic checkpoint
-    rows = checkpoint.extra_of(state)["csv_rows"]
+    ck = checkpoint.read(out / "checkpoint.pt")
+    assert ck.step == 6  # the last periodic checkpoint
+    rows = ck.csv_rows
     assert len(read_csv(out / "updates.csv")) > rows["updates.csv"]
     assert _resume(out, stop_at=25)  # the resumed run is stopped again, mid-buffer
     assert not _resume(out)
@@ -211,9 +213,9 @@ def test_each_version_of_theta_is_stored_once(tmp_path):
     scenario = make_scenario({"task.dim": 4000, "server.max_staleness": 20, "run.steps": 6, "server.lr": 0.01})
     out = tmp_path / "run"
     assert _run(scenario, out, stop_at=14)
-    state = checkpoint.read(out / "checkpoint.pt")
+    ck = checkpoint.read(out / "checkpoint.pt")
     sim = Simulation(scenario)
-    checkpoint.load_state(sim, state)
+    sim.restore(ck.state)
     recs = [*sim.in_flight.values(), *(r for r, _ in sim.buffer)]
     versions = {r.version for r in recs}
     assert len(versions) < len(recs)  # several clients share a version
@@ -221,7 +223,7 @@ def test_each_version_of_theta_is_stored_once(tmp_path):
         ptrs = {r.job.start.untyped_storage().data_ptr() for r in recs if r.version == v}
         assert len(ptrs) == 1
     # stored: one θ per version, the momentum trace, the finished local models; not one θ per job
-    results = sum(entry["result"] is not None for _, entry in state["clients"]["items"])
+    results = sum(c.result is not None for c in ck.state.clients)
     theta_bytes = 4000 * sim.theta.element_size()
     assert (out / "checkpoint.pt").stat().st_size < (len(versions) + results + 1) * theta_bytes + 64_000
     assert len(versions) + results + 1 < 2 * len(recs)
@@ -289,7 +291,7 @@ def test_sigkill_at_random_moments_then_resume(seed, kill_scenario, tmp_path):
     else:
         _assert_files_parse(out)
         if (out / "checkpoint.pt").exists():
-            killed_at = int(checkpoint.read(out / "checkpoint.pt")["sim"]["version"]) - 1
+            killed_at = checkpoint.read(out / "checkpoint.pt").step
         assert main(["resume", str(out), "--quiet"]) == 0
     print(f"seed {seed}: killed {'after checkpoint of step %s' % killed_at if killed_at is not None else 'without a checkpoint'}")
     assert_same_run(ref, out)
@@ -355,12 +357,39 @@ def _corrupt(kind: str, out: Path) -> str:
     elif kind == "checkpoint-truncated":
         ck.write_bytes(ck.read_bytes()[: ck.stat().st_size // 2])
     elif kind == "checkpoint-other-format":
-        state = checkpoint.read(ck)
-        torch.save({**state, "format": 99}, ck)
+        torch.save({**_raw(ck), "format": 99}, ck)
+    elif kind == "checkpoint-older-format":  # asyncfl ≤ 0.1's reflective checkpoints
+        torch.save({**_raw(ck), "format": 1}, ck)
     elif kind == "checkpoint-missing-keys":
-        state = checkpoint.read(ck)
-        del state["sim"]
-        torch.save(state, ck)
+        raw = _raw(ck)
+        del raw["state"]
+        torch.save(raw, ck)
+    elif kind == "checkpoint-wrong-shape":  # θ of another model
+        raw = _raw(ck)
+        raw["state"]["fields"]["theta"] = torch.zeros(raw["state"]["fields"]["theta"].numel() + 1)
+        torch.save(raw, ck)
+    elif kind == "checkpoint-wrong-dtype":
+        raw = _raw(ck)
+        theta = raw["state"]["fields"]["theta"]
+        raw["state"]["fields"]["theta"] = theta.float() if theta.dtype == torch.float64 else theta.double()
+        torch.save(raw, ck)
+    elif kind == "checkpoint-wrong-count":
+        raw = _raw(ck)
+        raw["state"]["fields"]["counters"]["fields"]["accepted"] += 1
+        torch.save(raw, ck)
+    elif kind == "checkpoint-negative-rows":
+        raw = _raw(ck)
+        raw["run_dir"]["csv_rows"]["updates.csv"] = -5
+        torch.save(raw, ck)
+    elif kind == "checkpoint-renamed-field":  # a state type whose fields changed since
+        raw = _raw(ck)
+        fields = raw["state"]["fields"]
+        fields["model"] = fields.pop("theta")
+        torch.save(raw, ck)
+    elif kind == "updates-row-edited":  # a damaged row before the checkpoint's cut
+        lines = (out / "updates.csv").read_text().splitlines(keepends=True)
+        lines[3] = "x,y,z\n"
+        (out / "updates.csv").write_text("".join(lines))
     elif kind == "checkpoint-pickle-payload":
         torch.save({"format": 1, "x": _Evil()}, ck)
     elif kind == "updates-cut":
@@ -379,6 +408,10 @@ def _corrupt(kind: str, out: Path) -> str:
     return str(out)
 
 
+def _raw(ck: Path) -> dict:
+    return torch.load(ck, weights_only=True)
+
+
 class _Evil:
     def __reduce__(self):
         return (os.system, ("touch /tmp/asyncfl-pwned",))
@@ -390,7 +423,11 @@ HOSTILE_DIRS = [
     ("edited-scenario", "another scenario"), ("summary-not-json", "not valid JSON"),
     ("other-format-version", "format_version 99"), ("checkpoint-garbage", "not a readable checkpoint"),
     ("checkpoint-truncated", "not a readable checkpoint"), ("checkpoint-other-format", "checkpoint format 99"),
-    ("checkpoint-missing-keys", "checkpoint"), ("checkpoint-pickle-payload", "not a readable checkpoint"),
+    ("checkpoint-missing-keys", "missing state"), ("checkpoint-pickle-payload", "not a readable checkpoint"),
+    ("checkpoint-older-format", "checkpoint format 1"), ("checkpoint-wrong-shape", "state.theta"),
+    ("checkpoint-wrong-dtype", "state.theta: torch.float"), ("checkpoint-wrong-count", "state.counters.accepted"),
+    ("checkpoint-negative-rows", "csv_rows['updates.csv'] = -5"), ("checkpoint-renamed-field", "SimState has fields"),
+    ("updates-row-edited", "not the ones the checkpoint saw"),
     ("updates-cut", "complete rows"), ("metrics-missing", "missing"), ("metrics-other-header", "header"),
     ("diverged", "diverged"),
 ]
@@ -584,8 +621,8 @@ def test_injected_faults_are_rejected_counted_and_never_reach_the_model(tmp_path
 
     def spy(theta, step, updates, state, rng):
         for u in updates:
-            assert torch.isfinite(u.delta).all() and float(u.delta.norm()) <= 1e3
-            applied.append(u.delta)
+            assert torch.isfinite(u.message).all() and float(u.message.norm()) <= 1e3
+            applied.append(u.message)
         return inner(theta, step, updates, state, rng)
 
     sim.algorithm.server_update = spy
@@ -616,8 +653,7 @@ def test_divergence_stops_with_the_step_after_a_final_checkpoint(tmp_path, capsy
     assert summary["status"] == "diverged" and "Traceback" not in err
     step = summary["steps"]
     assert 0 < step < 30 and f"server step {step}" in err and f"server step {step}" in summary["error"]
-    state = checkpoint.read(out / "checkpoint.pt")
-    assert int(state["sim"]["version"]) - 1 == step
+    assert checkpoint.read(out / "checkpoint.pt").step == step
     assert _metrics(out)[-1]["step"] == str(step)
     assert main(["resume", str(out)]) == 2 and "diverged" in capsys.readouterr().err
 
@@ -642,15 +678,16 @@ def test_a_run_whose_every_update_is_rejected_stops_instead_of_spinning(tmp_path
 
 
 def test_a_stalled_simulation_is_a_clear_error_not_a_traceback(tmp_path):
-    from asyncfl.errors import AsyncFLError, SimulationStalled
+    from asyncfl.clients.build import latency_sampler
     from asyncfl.clients.fleet import Fleet
+    from asyncfl.errors import AsyncFLError, SimulationStalled
 
     class NobodyOnline(Fleet):
         def available(self, client, now):
             return False
 
     scenario = make_scenario()
-    sim = Simulation(scenario, fleet_factory=NobodyOnline)
+    sim = Simulation(scenario, fleet_factory=lambda sc, streams: NobodyOnline(sc, streams, draw=latency_sampler(sc)))
     with pytest.raises(SimulationStalled, match="stalled at virtual time 0") as info:
         asyncio.run(run_to_dir(scenario, tmp_path / "run", simulation=sim))
     assert isinstance(info.value, AsyncFLError)  # the CLI reports it with exit code 2

@@ -1,4 +1,4 @@
-"""Server rules (DESIGN.md §4) against torch.optim driven with the same update sequence."""
+"""Server rules (docs/server-rules.md) against torch.optim driven with the same update sequence."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from asyncfl.server.aggregation import Aggregate
-from asyncfl.server.rules import Adam, Momentum, Nesterov, SGD, apply, make_rule
+from asyncfl.server.compose import make_rule
+from asyncfl.server.rules import Adam, Momentum, Nesterov, SGD, apply
 
 from conftest import make_scenario
 
@@ -72,7 +73,7 @@ def test_sgd_is_plain_gradient_step():
 
 
 def test_momentum_unrolls_to_target_row():
-    """m_t = Σ_s β^(t−s) r_s (the target row M[t, :] of DESIGN §4)."""
+    """m_t = Σ_s β^(t−s) r_s (the target row M[t, :] of docs/server-rules.md)."""
     beta, rs = 0.8, _sequence(steps=6, dim=3, seed=4)
     rule, state = Momentum(beta), None
     state = rule.init(rs[0])

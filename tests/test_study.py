@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from analysis import study as study_mod
-from analysis.study_report import reach_summary, speedup
 from asyncfl.cli.main import main
+from asyncfl.studies.ma_study.design import Point, study_from_raw
+from asyncfl.studies.ma_study.spec import ALL_METHODS, METHOD_LABELS
+from asyncfl.studies.ma_study.tables import reach_summary, speedup
 
 SMALL = Path(__file__).resolve().parents[1] / "analysis" / "study_small.toml"
 
@@ -30,10 +31,10 @@ def test_small_study_writes_results_and_report_with_all_six_methods(small_study)
         rows = list(csv.DictReader(fh))
     for field in ("task", "method", "K", "seed", "dp", "lr", "steps_to_target", "time_to_target", "final_accuracy", "bias"):
         assert field in rows[0]
-    assert {r["method"] for r in rows} == set(study_mod.ALL_METHODS)
+    assert {r["method"] for r in rows} == set(ALL_METHODS)
     spec = tomllib.loads(SMALL.read_text())
     Ks = {m * spec["buffer"] for m in spec["k_multiples"]}
-    for method in study_mod.ALL_METHODS:
+    for method in ALL_METHODS:
         got = {int(r["K"]) for r in rows if r["method"] == method}
         assert got == ({spec["buffer"]} if method == "sync-momentum" else Ks), method
     assert all(r["status"] == "completed" for r in rows)
@@ -45,7 +46,7 @@ def test_small_study_writes_results_and_report_with_all_six_methods(small_study)
     sync = [r for r in rows if r["method"] == "sync-momentum"]
     assert all(float(r["bias"]) == 0.0 for r in sync)
     report = (small_study / "report.md").read_text()
-    for label in study_mod.METHOD_LABELS.values():
+    for label in METHOD_LABELS.values():
         assert label in report
     assert "Speed-up of momentum approximation" in report
     for png in ("curves_synthetic_nodp.png", "bias.png"):
@@ -124,13 +125,13 @@ def test_dp_scenarios_carry_the_spec_privacy_and_short_tuning_runs_keep_the_full
 
     raw = tomllib.loads(SMALL.read_text())
     raw.update(dp=[False, True], privacy={"epsilon": 2.0, "delta": 1e-6, "xi": 5.0, "clip": 0.5}, tuning={"steps": 10})
-    study = study_mod.study_from_raw(raw)
-    full = study.scenario(study_mod.Point("synthetic", "fedbuff-ma-light", 15, 0, True, 0.1, raw["steps"]))
+    study = study_from_raw(raw)
+    full = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, True, 0.1, raw["steps"]))
     assert full.privacy.enabled and full.privacy.epsilon == 2.0 and full.privacy.noise_multiplier is None
     assert (full.privacy.xi, full.privacy.clip, full.privacy.delta) == (5.0, 0.5, 1e-6)
-    short = study.scenario(study_mod.Point("synthetic", "fedbuff-ma-light", 15, 0, True, 0.1, 10))
+    short = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, True, 0.1, 10))
     assert short.privacy.epsilon is None
     sigma = calibrate_sigma(2.0, 1e-6, raw["buffer"] / raw["defaults"]["population.clients"], raw["steps"], "pld")
     assert short.privacy.noise_multiplier == pytest.approx(sigma, rel=1e-9)
-    nodp = study.scenario(study_mod.Point("synthetic", "sync-momentum", 3, 0, False, 0.1, 20))
+    nodp = study.scenario(Point("synthetic", "sync-momentum", 3, 0, False, 0.1, 20))
     assert not nodp.privacy.enabled and nodp.server.protocol == "sync" and nodp.server.cohort == raw["buffer"]

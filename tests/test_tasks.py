@@ -1,4 +1,4 @@
-"""Specification of the shipped tasks (DESIGN.md §6–7) and of the Task contract (tasks/base.py)."""
+"""Specification of the shipped tasks (docs/baselines.md, docs/tasks.md §8) and of the Task contract (tasks/base.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from sklearn.datasets import load_digits
 
 from asyncfl.errors import ScenarioError
 from asyncfl.config.scenario import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask
-from asyncfl.tasks import BUILDERS, ClientData, QuadraticForm, Task, build_task
+from asyncfl.config.registries import TASKS
+from asyncfl.tasks import ClientData, QuadraticForm, Task, build_task
 from asyncfl.tasks.common import dirichlet_split, label_entropy, task_streams
 from asyncfl.tasks.gaussian_mlp import TEST_SAMPLES, gaussian_mlp_data
 from asyncfl.tasks.mnist1d import templates
@@ -43,7 +44,7 @@ def assert_same_task(a: Task, b: Task) -> None:
 
 # -- registry ---------------------------------------------------------------------------------
 def test_registry_covers_every_task_config() -> None:
-    assert set(BUILDERS) == {"quadratic", "synthetic", "digits", "gaussian-mlp", "mnist1d"}
+    assert set(TASKS.names) == {"quadratic", "synthetic", "digits", "gaussian-mlp", "mnist1d"}
 
 
 def test_unknown_task_name_is_a_scenario_error_listing_known_names() -> None:

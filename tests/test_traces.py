@@ -20,6 +20,7 @@ from asyncfl.cli.main import main as cli_main
 from asyncfl.sim.engine import Simulation, run_blocking
 from asyncfl.errors import AsyncFLError, ScenarioError, TraceError
 from asyncfl.cli.scenario_library import describe, library
+from asyncfl.clients.build import latency_sampler
 from asyncfl.clients.fleet import Fleet
 from asyncfl.clients.replay import replay_scenario
 from asyncfl.run.rundir import read_csv
@@ -257,7 +258,7 @@ def _blackout_fleet(start: float, end: float):
     def factory(scenario, streams):
         n = scenario.population.clients
         schedule = Schedule([np.array([0.0, end])] * n, [np.array([start, 1e12])] * n, None)
-        return Fleet(scenario, streams, availability=schedule)
+        return Fleet(scenario, streams, draw=latency_sampler(scenario), availability=schedule)
 
     return factory
 
@@ -293,7 +294,7 @@ def test_an_availability_schedule_that_ends_stops_with_a_clear_error():
 
     def factory(scenario, streams):
         n = scenario.population.clients
-        return Fleet(scenario, streams, availability=Schedule([np.array([0.0])] * n, [np.array([2.0])] * n, None))
+        return Fleet(scenario, streams, draw=latency_sampler(scenario), availability=Schedule([np.array([0.0])] * n, [np.array([2.0])] * n, None))
 
     with pytest.raises(TraceError, match="no client comes online after"):
         run_blocking(scenario, fleet_factory=factory)

@@ -1,19 +1,20 @@
 """The scenario library (issue 9 item 4): ``asyncfl scenarios`` lists the scenario files users
 start from, one line each: the file's name and the first line of its leading comment (what it
-models)."""
+models). Torch-free (docs/architecture.md, "Package layout")."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
+from asyncfl.cli.console import say
+from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.errors import AsyncFLError
 
 
 def default_dir() -> Path:
     """``scenarios/`` of the source checkout (beside the package), else of the working directory."""
-    here = Path(__file__).resolve().parent.parent / "scenarios"
+    here = Path(__file__).resolve().parents[2] / "scenarios"
     return here if here.is_dir() else Path("scenarios")
 
 
@@ -36,16 +37,8 @@ def library(directory: Path | None = None) -> dict[str, Path]:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from asyncfl.cli.main import console
-
     entries = library(Path(args.dir) if args.dir else None)
     width = max((len(n) for n in entries), default=0)
     for name, path in entries.items():
-        console.print(f"{name:<{width}}  {describe(path)}", markup=False, soft_wrap=True)
-    return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("scenarios", help="list the scenario library, one line each")
-    p.add_argument("--dir", help="directory of scenario files (default: the library's scenarios/)")
-    p.set_defaults(func=cmd_scenarios)
+        say(f"{name:<{width}}  {describe(path)}")
+    return EXIT_OK

@@ -1,29 +1,33 @@
-"""``asyncfl study SPEC.toml --out DIR``: the momentum-approximation study (issue 8).
+"""``asyncfl study SPEC.toml --out DIR``: the momentum-approximation study (issue 8;
+docs/architecture.md, "Studies and sweeps"; docs/server-rules.md).
 
-Thin: the study itself lives in :mod:`analysis.study` (spec, tuning, runs, results) and
-:mod:`analysis.study_report` (report.md and figures). This module only parses arguments and
-draws a progress bar over the runs.
+Thin: the study itself is :mod:`asyncfl.studies.ma_study` (spec, tuning, runs, tables, figures,
+report). This module only validates the spec, draws a progress bar over the runs and says
+where the results are.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-def cmd_study(args: Any) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from asyncfl.cli.console import err_console, say
+from asyncfl.cli.exit_codes import EXIT_OK
+from asyncfl.studies.ma_study.design import load_spec
+from asyncfl.studies.ma_study.run import run_study
 
-    from analysis.study import load_spec, run_study
-    from asyncfl.cli.main import console, err_console
 
+def cmd_study(args: argparse.Namespace) -> int:
     study = load_spec(args.spec)  # validated in full before anything runs
     if args.check:
-        console.print(f"{args.spec}: valid study spec ({len(study.spec.tasks)} task(s), {len(study.spec.methods)} method(s))")
-        return 0
+        say(f"{args.spec}: valid study spec ({len(study.spec.tasks)} task(s), {len(study.spec.methods)} method(s))")
+        return EXIT_OK
     with Progress(
         TextColumn("[bold]study runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        TextColumn("{task.fields[last]}"), console=err_console, disable=args.quiet,
+        TextColumn("{task.fields[last]}", markup=False), console=err_console, disable=args.quiet,
     ) as progress:
         bar = progress.add_task("study", total=None, last="")
 
@@ -35,14 +39,5 @@ def cmd_study(args: Any) -> int:
 
         run_study(study, Path(args.out), progress=on_run, total_hook=on_total)
     if not args.quiet:
-        console.print(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'report.md'}")
-    return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("study", help="momentum-approximation study: tune, run, results.csv and report.md")
-    p.add_argument("spec", help="study spec TOML (see analysis/study_small.toml)")
-    p.add_argument("--out", required=True, help="study directory (resumable: completed runs are kept)")
-    p.add_argument("--check", action="store_true", help="validate the spec and every scenario it implies, run nothing")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_study)
+        say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'report.md'}")
+    return EXIT_OK

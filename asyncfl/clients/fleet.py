@@ -1,4 +1,4 @@
-"""Who is dispatched, how long a job takes, and when clients are online (DESIGN.md §2–3;
+"""Who is dispatched, how long a job takes, and when clients are online (docs/architecture.md §2, docs/protocol.md;
 STYLE: FLSim timing).
 
 A client's job latency is its speed multiplier times a draw from the scenario's latency
@@ -18,24 +18,15 @@ goes offline before its upload arrives drops it. The fleet answers the engine's 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from asyncfl.config import scenario as sc
-from asyncfl.clients.availability import Schedule, diurnal
+from asyncfl.clients.availability import Schedule
+from asyncfl.clients.latency import LatencySampler
 
-LatencySampler = Callable[[np.random.Generator], float]
-
-LATENCY_SAMPLERS: dict[type, Callable[[Any], LatencySampler]] = {
-    sc.ConstantLatency: lambda c: (lambda rng: c.value),
-    sc.ExponentialLatency: lambda c: (lambda rng: float(rng.exponential(c.mean))),
-    sc.HalfNormalLatency: lambda c: (lambda rng: abs(float(rng.normal(0.0, c.scale)))),
-    sc.LogNormalLatency: lambda c: (lambda rng: c.median * float(np.exp(c.sigma * rng.standard_normal()))),
-    sc.UniformLatency: lambda c: (lambda rng: float(rng.uniform(c.low, c.high))),
-    # Pareto (type I): scale × (1 + Lomax(shape)) ≥ scale; infinite mean when shape ≤ 1.
-    sc.ParetoLatency: lambda c: (lambda rng: c.scale * (1.0 + float(rng.pareto(c.shape)))),
-}
+if TYPE_CHECKING:
+    from asyncfl.config import scenario as sc
 
 
 def draw_speeds(pop: sc.PopulationConfig, rng: np.random.Generator) -> np.ndarray:
@@ -49,12 +40,20 @@ def draw_speeds(pop: sc.PopulationConfig, rng: np.random.Generator) -> np.ndarra
     return speeds
 
 
+class FleetState(NamedTuple):
+    """The fleet's state as data (docs/architecture.md §5): which clients are training."""
+
+    busy: np.ndarray
+
+
 class Fleet:
     """The client population: speeds, latency draws, availability and idle-client selection.
 
     ``busy[k]`` is True while client ``k`` trains. Selection is uniform over idle, online
-    clients and consumes the ``selection`` stream only. ``job_latency`` (optional) replaces
-    ``speed × draw`` by a per-client latency (FedScale); ``availability`` None = always online.
+    clients and consumes the ``selection`` stream only. A job's latency is ``speed_k ×
+    draw(rng)`` with ``draw`` the scenario's latency model bound to its config
+    (``asyncfl.clients.build.latency_sampler``), or the client's fixed ``job_latency[k]``
+    (FedScale); give one of them. ``availability`` None = always online.
     """
 
     def __init__(
@@ -62,20 +61,28 @@ class Fleet:
         scenario: sc.Scenario,
         streams: dict[str, np.random.Generator],
         *,
+        draw: LatencySampler | None = None,
         job_latency: np.ndarray | None = None,
         availability: Schedule | None = None,
     ) -> None:
+        if (draw is None) == (job_latency is None):
+            raise ValueError("Fleet needs exactly one of draw (a latency model) and job_latency (fixed latencies)")
         pop = scenario.population
         self.size = pop.clients
         self.speeds = draw_speeds(pop, streams["speed"])
         self.job_latency = job_latency
-        if job_latency is None:
-            factory = LATENCY_SAMPLERS.get(type(scenario.latency))
-            if factory is None:
-                raise NotImplementedError(f"latency.dist = {scenario.latency.dist!r} is not supported by this Fleet")
-            self._draw = factory(scenario.latency)
+        if draw is not None:
+            self._draw = draw
         self.availability = availability
         self.busy = np.zeros(pop.clients, dtype=bool)
+
+    def state(self) -> FleetState:
+        """The fleet's state: who is training. Speeds and availability are configuration,
+        rebuilt from the scenario and its seed."""
+        return FleetState(self.busy.copy())
+
+    def restore(self, state: FleetState) -> None:
+        self.busy = state.busy.copy()
 
     def latency(self, client: int, now: float, rng: np.random.Generator) -> float:
         """``speed_k × draw`` (virtual time units), or the client's fixed latency."""
@@ -137,44 +144,3 @@ class Fleet:
         if type(self).available is not Fleet.available:
             found = np.array([k for k in found if self.available(int(k), now)], dtype=np.int64)
         return found
-
-
-def build_fleet(scenario: sc.Scenario, streams: dict[str, np.random.Generator], task: Any = None) -> Fleet:
-    """The fleet a scenario describes: a replayed trace, FedScale devices, or distributions;
-    with the population's availability model."""
-    if isinstance(scenario.latency, sc.TraceLatency):
-        from asyncfl.clients.replay import ReplayFleet
-
-        return ReplayFleet(scenario, streams)
-    job_latency = None
-    if isinstance(scenario.latency, sc.FedScaleLatency):
-        if task is None:
-            raise ValueError("latency.dist = 'fedscale' needs the task (sample counts and model size)")
-        from asyncfl.clients import fedscale
-
-        job_latency = fedscale.task_latencies(scenario, task)
-    return Fleet(scenario, streams, job_latency=job_latency, availability=build_availability(scenario, streams))
-
-
-def build_availability(scenario: sc.Scenario, streams: dict[str, np.random.Generator]) -> Schedule | None:
-    pop = scenario.population
-    if pop.availability == "always":
-        return None
-    if pop.availability == "diurnal":
-        return diurnal(pop.clients, pop.period, pop.online_fraction, streams["availability"])
-    from asyncfl.clients import fedscale
-
-    assert pop.availability_file is not None
-    trace = fedscale.load_availability(pop.availability_file)
-    return trace.schedule(pop.clients, availability_seconds_per_unit(scenario))
-
-
-def availability_seconds_per_unit(scenario: sc.Scenario) -> float:
-    """Seconds of an availability trace per unit of virtual time: ``availability_time_unit_ms``,
-    else the FedScale latency's ``time_unit_ms``, else 1 s."""
-    pop = scenario.population
-    if pop.availability_time_unit_ms is not None:
-        return pop.availability_time_unit_ms / 1000.0
-    if isinstance(scenario.latency, sc.FedScaleLatency):
-        return scenario.latency.time_unit_ms / 1000.0
-    return 1.0

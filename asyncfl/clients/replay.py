@@ -39,6 +39,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,6 +48,17 @@ from asyncfl.errors import TraceError
 from asyncfl.clients.fleet import Fleet
 
 REQUIRED_COLUMNS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
+
+
+class ReplayState(NamedTuple):
+    """A replayed trace's position (docs/architecture.md §5): the next recorded dispatch, the
+    ones handed out but not yet scheduled (``-1``: an unknown dispatch), the clients of unknown
+    dispatches in flight, and who is training."""
+
+    busy: np.ndarray
+    next_seq: int
+    queued: tuple[int, ...]
+    unknown_in_flight: int
 
 
 @dataclass(frozen=True)
@@ -167,21 +179,17 @@ class ReplayFleet(Fleet):
         self._queued: deque[Dispatch | None] = deque()  # None: an unknown dispatch
         self._unknown_in_flight = 0
 
-    # The trace is configuration (re-read from the scenario's file); a checkpoint keeps only the
-    # replay's position.
-    def state_dict(self) -> dict:
-        return {
-            "busy": self.busy.copy(),
-            "next_seq": self.next_seq,
-            "queued": [-1 if d is None else d.seq for d in self._queued],
-            "unknown_in_flight": self._unknown_in_flight,
-        }
+    # The trace is configuration (re-read from the scenario's file); the state is the replay's
+    # position.
+    def state(self) -> ReplayState:
+        queued = tuple(-1 if d is None else d.seq for d in self._queued)
+        return ReplayState(self.busy.copy(), self.next_seq, queued, self._unknown_in_flight)
 
-    def load_state_dict(self, state: dict) -> None:
-        self.busy = np.asarray(state["busy"], dtype=bool).copy()
-        self.next_seq = int(state["next_seq"])
-        self._queued = deque(None if seq < 0 else self.trace.dispatches[int(seq)] for seq in state["queued"])
-        self._unknown_in_flight = int(state["unknown_in_flight"])
+    def restore(self, state: ReplayState) -> None:  # type: ignore[override]
+        self.busy = state.busy.copy()
+        self.next_seq = state.next_seq
+        self._queued = deque(None if seq < 0 else self.trace.dispatches[seq] for seq in state.queued)
+        self._unknown_in_flight = state.unknown_in_flight
 
     # -- who ------------------------------------------------------------------------------------
     def choose(self, now: float, rng: np.random.Generator) -> int | None:
@@ -264,5 +272,5 @@ def replay_scenario(scenario: sc.Scenario, file: str | Path, **overrides: object
                 "availability_file", "availability_time_unit_ms"):
         pop.pop(key, None)
     for key, value in overrides.items():
-        sc._assign(raw, key, value)
+        sc.assign(raw, key, value)
     return sc.validate(raw)

@@ -1,4 +1,4 @@
-"""Where local training runs (DESIGN.md §2 principle 2).
+"""Where local training runs (docs/architecture.md §2 principle 2).
 
 An executor turns a :class:`~asyncfl.compute.training.LocalJob` into an asyncio future of the local
 model. The simulator submits a job at dispatch and awaits its future only when the buffer
@@ -14,6 +14,9 @@ not depend on the executor.
 ``ray``        Ray remote tasks (local ``ray.init`` or ``run.ray_address``); a model version
                is put in the object store once, jobs pass its reference
 =============  ==========================================================================
+
+The names are registered in :data:`asyncfl.config.registries.EXECUTORS` (docs/architecture.md);
+:func:`make_executor` builds the one ``run.executor`` names.
 """
 
 from __future__ import annotations
@@ -27,15 +30,17 @@ import itertools
 import multiprocessing as mp
 import pickle
 import threading
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
-from asyncfl.errors import ScenarioError
-from asyncfl.config.scenario import ClientConfig, RunConfig, Scenario
-from asyncfl.tasks.base import Task
 from asyncfl.compute.training import LocalJob, local_train, train_batched
+from asyncfl.errors import ScenarioError
+from asyncfl.tasks.base import Task
+
+if TYPE_CHECKING:
+    from asyncfl.config.scenario import ClientConfig, RunConfig
 
 
 class Executor(Protocol):
@@ -167,31 +172,37 @@ class _VersionKeys:
         return key, entry[2], True
 
 
-def _build_source(source: Any) -> Task:
-    """A task from what the parent sent: a scenario dict (rebuilt with ``build_task``) or the
-    pickled task itself (a task passed to :class:`~asyncfl.sim.engine.Simulation` by hand)."""
+class TaskRecipe(NamedTuple):
+    """How a worker rebuilds the run's task instead of receiving its data: ``build(cfg,
+    num_clients, seed)`` with the task's registered builder (pickled by reference) and its
+    validated ``[task]`` section. Same arguments ⇒ the same task, bit for bit."""
+
+    build: Callable[[Any, int, int], Task]
+    cfg: Any
+    num_clients: int
+    seed: int
+
+
+def _build_source(source: TaskRecipe | bytes) -> Task:
+    """A task from what the parent sent: a :class:`TaskRecipe`, or the pickled task itself (a
+    task passed to :class:`~asyncfl.sim.engine.Simulation` by hand)."""
     if isinstance(source, bytes):
         return pickle.loads(source)
-    from asyncfl.config.scenario import validate
-    from asyncfl.tasks import build_task
-
-    scenario = validate(source)
-    return build_task(scenario.task, scenario.population.clients, scenario.seed)
+    return source.build(source.cfg, source.num_clients, source.seed)
 
 
-def _task_source(task: Task, scenario: Scenario | None) -> Any:
-    return scenario.to_dict() if scenario is not None else pickle.dumps(task)
+def _task_source(task: Task, recipe: TaskRecipe | None) -> TaskRecipe | bytes:
+    return recipe if recipe is not None else pickle.dumps(task)
 
 
 # ---------------------------------------------------------------------------------------------
 WORKER_CACHE = 8  # model versions a process worker keeps (FIFO, mirrored by the parent)
 
 
-def _process_worker(source: Any, client: dict, threads: int, jobs: "mp.Queue", results: "mp.Queue") -> None:
+def _process_worker(source: TaskRecipe | bytes, cfg: ClientConfig, threads: int, jobs: "mp.Queue", results: "mp.Queue") -> None:
     """A training process: build the task once, then serve jobs until ``None``."""
     if threads:
         torch.set_num_threads(threads)
-    cfg = ClientConfig(**client)
     task = _build_source(source)
     versions: collections.OrderedDict[int, torch.Tensor] = collections.OrderedDict()
 
@@ -218,13 +229,13 @@ class ProcessExecutor:
     and later jobs only name it. Tensors travel as numpy arrays (by value: cheaper than shared
     memory handles for client-sized models). A reader thread resolves the futures."""
 
-    def __init__(self, task: Task, client: ClientConfig, run: RunConfig, scenario: Scenario | None = None) -> None:
+    def __init__(self, task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None = None) -> None:
         ctx = mp.get_context("spawn")
-        source = _task_source(task, scenario)
+        source = _task_source(task, recipe)
         self._results: mp.Queue = ctx.Queue()
         self._queues = [ctx.Queue() for _ in range(run.workers)]
         self._procs = [
-            ctx.Process(target=_process_worker, args=(source, client.model_dump(), run.torch_threads, q, self._results),
+            ctx.Process(target=_process_worker, args=(source, client, run.torch_threads, q, self._results),
                         name=f"asyncfl-train-{i}", daemon=True)
             for i, q in enumerate(self._queues)
         ]
@@ -305,7 +316,7 @@ def _resolve(future: asyncio.Future, array: np.ndarray | None, error: str | None
 _RAY_TASKS: dict[str, Task] = {}  # per Ray worker process: tasks built so far, by source key
 
 
-def _ray_train(source_key: str, source_box: list, client: dict, threads: int, client_k: int, seed: int,
+def _ray_train(source_key: str, source_box: list, client: ClientConfig, threads: int, client_k: int, seed: int,
                mu: float, start: np.ndarray, centre: np.ndarray) -> np.ndarray:
     """A Ray remote task: builds the task once per worker process (cached), trains one job."""
     task = _RAY_TASKS.get(source_key)
@@ -316,7 +327,7 @@ def _ray_train(source_key: str, source_box: list, client: dict, threads: int, cl
             torch.set_num_threads(threads)
         task = _RAY_TASKS[source_key] = _build_source(ray.get(source_box[0]))
     job = LocalJob(client_k, torch.from_numpy(start), torch.from_numpy(centre), mu, seed)
-    return local_train(task, ClientConfig(**client), job).numpy()
+    return local_train(task, client, job).numpy()
 
 
 class RayExecutor:
@@ -325,7 +336,7 @@ class RayExecutor:
     is used and left running). Each model version is ``ray.put`` once and every job of that
     version passes the same reference; workers cache the task they build from the scenario."""
 
-    def __init__(self, task: Task, client: ClientConfig, run: RunConfig, scenario: Scenario | None = None) -> None:
+    def __init__(self, task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None = None) -> None:
         import uuid
 
         import ray
@@ -335,10 +346,10 @@ class RayExecutor:
         if self._owns:
             kwargs: dict[str, Any] = {"address": run.ray_address} if run.ray_address else {"num_cpus": run.workers}
             ray.init(**kwargs, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        source = _task_source(task, scenario)
+        source = _task_source(task, recipe)
         self._source = [ray.put(source)]  # boxed in a list: workers fetch it only on a cache miss
         self._source_key = uuid.uuid4().hex
-        self._client = client.model_dump()
+        self._client = client
         self._threads = run.torch_threads
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_train)
         self._keys = _VersionKeys(size=16)
@@ -373,38 +384,30 @@ def _copy_result(src: asyncio.Future, dst: asyncio.Future) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-def _inline(task: Task, client: ClientConfig, run: RunConfig, scenario: Scenario | None) -> Executor:
+# The executors a scenario can name: each ``build(task, client, run, recipe) -> Executor`` is
+# registered under its ``run.executor`` name in asyncfl.config.registries.EXECUTORS.
+def build_inline(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+    """``inline``: :class:`InlineExecutor`, or :class:`BatchedExecutor` with ``run.batched``."""
     return BatchedExecutor(task, client) if run.batched else InlineExecutor(task, client)
 
 
-def _ray(task: Task, client: ClientConfig, run: RunConfig, scenario: Scenario | None) -> Executor:
+def build_threads(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+    """``threads``: :class:`ThreadExecutor` with ``run.workers`` threads."""
+    return ThreadExecutor(task, client, run.workers)
+
+
+def build_processes(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+    """``processes``: :class:`ProcessExecutor` with ``run.workers`` processes."""
+    return ProcessExecutor(task, client, run, recipe)
+
+
+def build_ray(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+    """``ray``: :class:`RayExecutor`; a :class:`ScenarioError` when Ray is not installed."""
     try:
-        import ray  # noqa: F401
+        import ray  # noqa: F401  (an optional dependency)
     except ImportError:
         raise ScenarioError([
             f"run.executor = {run.executor!r}: Ray is not installed; install it with "
             "`pip install asyncfl[ray]` (or choose inline, threads or processes)"
         ]) from None
-    return RayExecutor(task, client, run, scenario)
-
-
-EXECUTORS: dict[str, Callable[[Task, ClientConfig, RunConfig, Scenario | None], Executor]] = {
-    "inline": _inline,
-    "threads": lambda task, client, run, scenario: ThreadExecutor(task, client, run.workers),
-    "processes": lambda task, client, run, scenario: ProcessExecutor(task, client, run, scenario),
-    "ray": _ray,
-}
-
-
-def make_executor(task: Task, client: ClientConfig, run: RunConfig, scenario: Scenario | None = None) -> Executor:
-    """The executor named by ``run.executor``. ``scenario`` (when the task was built from it)
-    lets process and Ray workers rebuild the task instead of receiving its data."""
-    factory = EXECUTORS.get(run.executor)
-    if factory is None:
-        raise ScenarioError([f"run.executor = {run.executor!r}: not available in this build. Allowed: {', '.join(EXECUTORS)}"])
-    if run.batched and run.executor != "inline":
-        raise ScenarioError([
-            f"run.batched = true, run.executor = {run.executor!r}: batched training runs in the "
-            "inline executor only (set run.executor = 'inline' or run.batched = false)"
-        ])
-    return factory(task, client, run, scenario)
+    return RayExecutor(task, client, run, recipe)

@@ -1,4 +1,4 @@
-"""Local training: the client's solver (DESIGN.md §6 "inexact local solver").
+"""Local training: the client's solver (docs/baselines.md "inexact local solver").
 
 A job minimises ``f_k(θ) + (μ/2)‖θ − centre‖²`` starting from ``start``:
 
@@ -9,19 +9,22 @@ A job minimises ``f_k(θ) + (μ/2)‖θ − centre‖²`` starting from ``start`
   own least-squares solution).
 
 All randomness comes from the job's own ``seed``, so a job's result does not depend on the
-executor that runs it (DESIGN §2 principle 2).
+executor that runs it (docs/architecture.md §2 principle 2).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from asyncfl.config.scenario import ClientConfig
 from asyncfl.tasks.base import Task
+from asyncfl.tasks.common import cross_entropy
+
+if TYPE_CHECKING:
+    from asyncfl.config.scenario import ClientConfig
 
 
 @dataclass(frozen=True)
@@ -247,8 +250,6 @@ def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batches: G
 def mlp_layers(task: Task) -> list[tuple[str, str]] | None:
     """``[(weight name, bias name), …]`` when the task's model is a chain of ``nn.Linear`` layers
     (with bias) separated by ``nn.ReLU`` and its loss is the per-sample cross entropy; else None."""
-    from asyncfl.tasks.common import cross_entropy
-
     model = task.model
     modules = [model] if isinstance(model, torch.nn.Linear) else list(model.children()) if isinstance(model, torch.nn.Sequential) else None
     if not modules or task.loss_fn is not cross_entropy or task.reduction != "mean":

@@ -1,9 +1,13 @@
-"""Scenario files: TOML → validated, typed, immutable configuration (DESIGN.md §2).
+"""Scenario files: TOML → validated, typed, immutable configuration (docs/architecture.md §2).
 
 A scenario is the whole description of a run. Every key has a type, a range and a default; a
 section with a ``dist`` / ``name`` tag selects one registered variant (latency models, tasks),
-and each variant accepts only its own keys. Every problem is reported as
-``section.key = value: what is allowed`` through :class:`ScenarioError`, never a traceback.
+and each variant accepts only its own keys. Every key that names a plug-in takes its allowed
+values from that kind's registry (:mod:`asyncfl.config.registries`; docs/architecture.md), so
+the scenario accepts exactly the names that exist. The tagged sections' variants live in
+:mod:`asyncfl.config.latency` and :mod:`asyncfl.config.tasks` and are re-exported here.
+Every problem is reported as ``section.key = value: what is allowed`` through
+:class:`ScenarioError`, never a traceback.
 
 ``--set section.key=value`` overrides are applied to the raw TOML table before validation, so
 they are checked exactly like keys in the file.
@@ -19,24 +23,31 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Mapping
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from asyncfl.config.base import MAX_INT, NonNegFloat, NonNegInt, PosFloat, PosInt, Probability, Section
+from asyncfl.config.latency import (
+    ConstantLatency, ExponentialLatency, FedScaleLatency, HalfNormalLatency, LatencyConfig,
+    LogNormalLatency, ParetoLatency, TraceLatency, UniformLatency,
+)
+from asyncfl.config.registries import (
+    ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, RULES, TASKS,
+)
+from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
 from asyncfl.errors import ScenarioError
+from asyncfl.registry import Registry
 
-MAX_INT = 10**12  # "huge numbers" are refused long before they exhaust memory or time
-
-
-class Section(BaseModel):
-    """Base of every scenario section: unknown keys, NaN/Inf and wrong types are errors."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-PosInt = Annotated[int, Field(ge=1, le=MAX_INT)]
-NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT)]
-PosFloat = Annotated[float, Field(gt=0, le=1e12)]
-NonNegFloat = Annotated[float, Field(ge=0, le=1e12)]
-Probability = Annotated[float, Field(ge=0, le=1)]
+__all__ = [
+    # sections and their value types (re-exported: code imports them from here)
+    "Section", "MAX_INT", "PosInt", "NonNegInt", "PosFloat", "NonNegFloat", "Probability",
+    "PopulationConfig", "ClientConfig", "ServerConfig", "RunConfig", "PrivacyConfig",
+    "ConstantLatency", "ExponentialLatency", "HalfNormalLatency", "LogNormalLatency", "UniformLatency",
+    "ParetoLatency", "TraceLatency", "FedScaleLatency", "LatencyConfig",
+    "QuadraticTask", "SyntheticTask", "DigitsTask", "GaussianMLPTask", "MNIST1DTask", "TaskConfig",
+    "LATENCIES", "TASKS", "SECTIONS", "TAGGED", "Scenario",
+    # reading and validating
+    "validate", "load", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "FILE_KEYS",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,143 +74,6 @@ class PopulationConfig(Section):
 
 
 # ---------------------------------------------------------------------------------------------
-# [latency]  (tag: dist)
-class ConstantLatency(Section):
-    dist: Literal["constant"] = "constant"
-    value: PosFloat = 1.0
-
-
-class ExponentialLatency(Section):
-    dist: Literal["exponential"] = "exponential"
-    mean: PosFloat = 1.0
-
-
-class HalfNormalLatency(Section):
-    dist: Literal["halfnormal"] = "halfnormal"
-    scale: PosFloat = 1.0
-
-
-class LogNormalLatency(Section):
-    dist: Literal["lognormal"] = "lognormal"
-    median: PosFloat = 1.0
-    sigma: Annotated[float, Field(ge=0, le=10)] = 1.0
-
-
-class UniformLatency(Section):
-    dist: Literal["uniform"] = "uniform"
-    low: NonNegFloat = 0.5
-    high: PosFloat = 1.5
-
-
-class ParetoLatency(Section):
-    """Heavy-tailed stragglers: ``scale × (1 + Lomax(shape))`` (Pareto I, minimum ``scale``;
-    the mean ``scale·shape/(shape−1)`` is infinite for ``shape ≤ 1``)."""
-
-    dist: Literal["pareto"] = "pareto"
-    scale: PosFloat = 1.0
-    shape: Annotated[float, Field(gt=0, le=100)] = 2.0
-
-
-class TraceLatency(Section):
-    """Replay the dispatch order and latencies of an earlier run's ``updates.csv`` (``file``:
-    the CSV or its run directory; see ``asyncfl.clients.replay``)."""
-
-    dist: Literal["trace"] = "trace"
-    file: str
-
-
-class FedScaleLatency(Section):
-    """FedScale device profiles: latency = samples × computation (ms/sample) + size / bandwidth."""
-
-    dist: Literal["fedscale"] = "fedscale"
-    file: str
-    time_unit_ms: PosFloat = 1000.0  # one unit of virtual time, in milliseconds
-
-
-LATENCIES: dict[str, type[Section]] = {
-    "constant": ConstantLatency,
-    "exponential": ExponentialLatency,
-    "halfnormal": HalfNormalLatency,
-    "lognormal": LogNormalLatency,
-    "uniform": UniformLatency,
-    "pareto": ParetoLatency,
-    "trace": TraceLatency,
-    "fedscale": FedScaleLatency,
-}
-LatencyConfig = (
-    ConstantLatency | ExponentialLatency | HalfNormalLatency | LogNormalLatency | UniformLatency
-    | ParetoLatency | TraceLatency | FedScaleLatency
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# [task]  (tag: name)
-class QuadraticTask(Section):
-    """Least squares ``f_k(θ) = ½‖A_k θ − b_k‖²``; ``seed-1d`` is the seed's 2-client example."""
-
-    name: Literal["quadratic"] = "quadratic"
-    problem: Literal["seed-1d", "random"] = "random"
-    dim: Annotated[int, Field(ge=1, le=10_000)] = 100
-    samples_per_client: Annotated[int, Field(ge=1, le=10**6)] = 500
-    noise: NonNegFloat = 1.0
-    heterogeneity: NonNegFloat = 1.0  # spread of the clients' true models around a common one
-
-
-class SyntheticTask(Section):
-    """FedProx Synthetic(α, β) (DESIGN §7); ``l2`` adds (l2/2)‖θ‖² to every client objective."""
-
-    name: Literal["synthetic"] = "synthetic"
-    alpha: NonNegFloat = 1.0
-    beta: NonNegFloat = 1.0
-    model: Literal["logreg", "mlp"] = "logreg"
-    hidden: Annotated[int, Field(ge=1, le=100_000)] = 32
-    dim: Annotated[int, Field(ge=1, le=100_000)] = 60
-    classes: Annotated[int, Field(ge=2, le=10_000)] = 10
-    l2: NonNegFloat = 0.0
-
-
-class DigitsTask(Section):
-    """scikit-learn's bundled 8×8 digits, split non-IID by Dirichlet(``dirichlet_alpha``)."""
-
-    name: Literal["digits"] = "digits"
-    dirichlet_alpha: PosFloat = 0.3
-    model: Literal["mlp", "cnn", "logreg"] = "mlp"
-    hidden: Annotated[int, Field(ge=1, le=100_000)] = 64
-    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
-
-
-class GaussianMLPTask(Section):
-    """Gaussian inputs, labels = argmax of a fixed random linear map, a one-hidden-layer MLP."""
-
-    name: Literal["gaussian-mlp"] = "gaussian-mlp"
-    dim: Annotated[int, Field(ge=1, le=100_000)] = 32
-    classes: Annotated[int, Field(ge=2, le=10_000)] = 10
-    samples_per_client: Annotated[int, Field(ge=1, le=10**6)] = 50
-    hidden: Annotated[int, Field(ge=1, le=100_000)] = 64
-
-
-class MNIST1DTask(Section):
-    """Procedurally generated 1-D digits (no download), Dirichlet non-IID split."""
-
-    name: Literal["mnist1d"] = "mnist1d"
-    samples: Annotated[int, Field(ge=100, le=10**6)] = 4000
-    dirichlet_alpha: PosFloat = 0.3
-    model: Literal["mlp", "cnn"] = "mlp"
-    hidden: Annotated[int, Field(ge=1, le=100_000)] = 100
-    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
-
-
-TASKS: dict[str, type[Section]] = {
-    "quadratic": QuadraticTask,
-    "synthetic": SyntheticTask,
-    "digits": DigitsTask,
-    "gaussian-mlp": GaussianMLPTask,
-    "mnist1d": MNIST1DTask,
-}
-TaskConfig = QuadraticTask | SyntheticTask | DigitsTask | GaussianMLPTask | MNIST1DTask
-
-
-# ---------------------------------------------------------------------------------------------
 # [client]
 class ClientConfig(Section):
     """Local solver. Local work is ``local_steps`` gradient steps or ``epochs`` passes (one of
@@ -216,30 +90,32 @@ class ClientConfig(Section):
 # ---------------------------------------------------------------------------------------------
 # [server]
 class ServerConfig(Section):
-    """Protocol, buffer and server rule (DESIGN §3–4, §6).
+    """Protocol, buffer and server rule (docs/protocol.md §7, docs/server-rules.md, §6).
 
     ``concurrency`` K and ``buffer`` C for FedBuff (C = 1 is FedAsync); ``cohort`` clients per
     round for ``sync`` (``buffer`` ≤ cohort accepts the first C arrivals of an over-selected
-    cohort; default: the whole cohort). ``max_staleness`` absent = unbounded.
+    cohort; default: the whole cohort). ``max_staleness`` absent = unbounded. ``protocol``,
+    ``rule`` and ``algorithm`` are names in the PROTOCOLS, RULES (docs/server-rules.md) and
+    ALGORITHMS (docs/baselines.md) registries.
     """
 
-    protocol: Literal["fedbuff", "sync"] = "fedbuff"
+    protocol: Literal[PROTOCOLS.names] = "fedbuff"
     concurrency: PosInt | None = None
     buffer: PosInt | None = None
     cohort: PosInt | None = None
     staleness_exponent: Annotated[float, Field(ge=0, le=100)] = 0.0
     max_staleness: NonNegInt | None = None
-    rule: Literal["sgd", "momentum", "nesterov", "adam", "ma-full", "ma-light"] = "sgd"
+    rule: Literal[RULES.names] = "sgd"
     lr: PosFloat = 1.0
     beta: Annotated[float, Field(ge=0, lt=1)] = 0.9
     adam_beta2: Annotated[float, Field(ge=0, lt=1)] = 0.999
     adam_eps: PosFloat = 1e-8
-    # momentum approximation (DESIGN §4)
+    # momentum approximation (docs/server-rules.md)
     ma_target: Literal["momentum", "nesterov"] = "momentum"
     ma_ridge: NonNegFloat = 1e-3
     ma_window: PosInt | None = None
-    # synchronous algorithms (DESIGN §6)
-    algorithm: Literal["fedavg", "fedprox", "fedsplit", "feddr", "fedpd"] = "fedavg"
+    # synchronous algorithms (docs/baselines.md)
+    algorithm: Literal[ALGORITHMS.names] = "fedavg"
     alpha: Annotated[float, Field(gt=0, lt=2)] = 1.0
     regularizer: Literal["none", "l1", "l2"] = "none"
     reg: NonNegFloat = 0.0
@@ -256,7 +132,7 @@ class RunConfig(Section):
     # also evaluate the training objective over every client's data (one forward pass over the
     # whole population's samples per evaluation); off: metrics.csv leaves train_loss empty
     train_loss: bool = True
-    executor: Literal["inline", "threads", "processes", "ray"] = "inline"
+    executor: Literal[EXECUTORS.names] = "inline"
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
     batched: bool = False  # train clients of one model version together (torch.func.vmap)
     ray_address: str | None = None
@@ -271,8 +147,10 @@ class RunConfig(Section):
 # ---------------------------------------------------------------------------------------------
 # [privacy]
 class PrivacyConfig(Section):
-    """Private aggregation (DESIGN §5). Give ``epsilon`` (σ is calibrated) or
-    ``noise_multiplier`` (σ directly, ε is reported); give ``xi`` (> σ) or ``gamma``."""
+    """Private aggregation (docs/privacy.md). Give ``epsilon`` (σ is calibrated) or
+    ``noise_multiplier`` (σ directly, ε is reported); give ``xi`` (> σ) or ``gamma``.
+    ``accountant`` and ``counts`` are names in the ACCOUNTANTS and COUNT_MODES registries
+    (docs/privacy.md)."""
 
     enabled: bool = False
     clip: PosFloat = 1.0
@@ -281,8 +159,8 @@ class PrivacyConfig(Section):
     noise_multiplier: PosFloat | None = None
     xi: PosFloat | None = None
     gamma: PosFloat | None = None
-    accountant: Literal["pld", "rdp"] = "pld"
-    counts: Literal["raw", "clamp", "project"] = "project"
+    accountant: Literal[ACCOUNTANTS.names] = "pld"
+    counts: Literal[COUNT_MODES.names] = "project"
 
 
 SECTIONS: dict[str, type[Section]] = {
@@ -292,10 +170,10 @@ SECTIONS: dict[str, type[Section]] = {
     "run": RunConfig,
     "privacy": PrivacyConfig,
 }
-TAGGED: dict[str, tuple[str, dict[str, type[Section]], str]] = {
-    # section: (tag key, registry, default tag)
-    "latency": ("dist", LATENCIES, "exponential"),
-    "task": ("name", TASKS, "synthetic"),
+TAGGED: dict[str, tuple[Registry, str]] = {
+    # section: (registry of its variants — its field is "section.tag" —, default tag)
+    "latency": (LATENCIES, "exponential"),
+    "task": (TASKS, "synthetic"),
 }
 TOP_LEVEL = ("name", "seed")
 
@@ -327,7 +205,7 @@ class Scenario:
         """A copy with dotted-key overrides (``{"server.rule": "momentum"}``), re-validated."""
         raw = self.to_dict()
         for key, value in overrides.items():
-            _assign(raw, key, value)
+            assign(raw, key, value)
         return validate(raw)
 
 
@@ -372,7 +250,8 @@ def _errors_of(exc: ValidationError, prefix: str) -> list[str]:
 
 
 _ALL_MODELS: dict[str, type[Section]] = {
-    cls.__name__: cls for cls in [*SECTIONS.values(), *LATENCIES.values(), *TASKS.values()]
+    cls.__name__: cls
+    for cls in [*SECTIONS.values(), *(e.config for reg, _ in TAGGED.values() for e in reg.entries())]
 }
 
 
@@ -393,16 +272,16 @@ def _validate_section(cls: type[Section], raw: Any, prefix: str, errors: list[st
 
 
 def _validate_tagged(section: str, raw: Any, errors: list[str]) -> Section | None:
-    tag_key, registry, default = TAGGED[section]
+    registry, default = TAGGED[section]
+    tag_key = registry.field.partition(".")[2]
     if not isinstance(raw, Mapping):
         errors.append(f"{section} = {_fmt(raw)}: must be a table ([{section}])")
         return None
     tag = raw.get(tag_key, default)
-    if not isinstance(tag, str) or tag not in registry:
-        hint = _suggest(str(tag), list(registry)) if isinstance(tag, str) else f" Allowed: {', '.join(registry)}"
-        errors.append(f"{section}.{tag_key} = {_fmt(tag)}: unknown {section}{hint}")
+    if tag not in registry:
+        errors.append(registry.unknown(tag))
         return None
-    return _validate_section(registry[tag], {**raw, tag_key: tag}, section, errors)
+    return _validate_section(registry.config(tag), {**raw, tag_key: tag}, section, errors)
 
 
 def validate(raw: Mapping[str, Any]) -> Scenario:
@@ -566,7 +445,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def _assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
+def assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``raw[a][b][c] = value`` for ``dotted = "a.b.c"`` in a raw scenario table, creating
+    the tables on the way; a path through a key that is not a table is a ScenarioError."""
     parts = dotted.split(".")
     node = raw
     for part in parts[:-1]:
@@ -597,7 +478,7 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
     _anchor_paths(raw, path.parent)  # before the overrides: --set paths are relative to the cwd
     for item in overrides:
         key, value = parse_override(item)
-        _assign(raw, key, value)
+        assign(raw, key, value)
     try:
         return validate(raw)
     except ScenarioError as exc:

@@ -1,15 +1,16 @@
-"""Learning curves of one or more run directories: ``metrics.png`` and ``asyncfl plot``.
+"""Learning curves of one or more run directories: ``metrics.png`` (docs/run-directory.md).
 
 Each run's ``metrics.csv`` is drawn against server steps and against virtual time (the axis on
 which sync and asynchronous runs are comparable): test loss, and test accuracy when the task is
-a classification.
+a classification. ``asyncfl run`` draws it for every run it drives; ``asyncfl plot``
+(:mod:`asyncfl.cli.plot`) overlays several runs.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from asyncfl.errors import RunDirError
 from asyncfl.run.rundir import read_csv
@@ -58,19 +59,3 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
     fig.savefig(path, dpi=100)
     return path
 
-
-def cmd_plot(args: Any) -> int:
-    from rich.console import Console
-
-    out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "metrics.png"
-    plot_metrics(args.run_dirs, out, args.label)
-    Console(highlight=False).print(f"wrote {out}")
-    return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("plot", help="learning curves of one or more runs against steps and virtual time")
-    p.add_argument("run_dirs", nargs="+", help="run directories (overlaid)")
-    p.add_argument("--out", help="PNG path (default: metrics.png in the first run directory)")
-    p.add_argument("--label", action="append", help="legend label per run (repeatable, in order)")
-    p.set_defaults(func=cmd_plot)

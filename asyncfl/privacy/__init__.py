@@ -1,4 +1,4 @@
-"""Private aggregation (DESIGN.md §5): accounting, the mechanism's pure functions, and the
+"""Private aggregation (docs/privacy.md): accounting, the mechanism's pure functions, and the
 aggregator that hands the server rule nothing but the decoded noisy aggregate."""
 
 from asyncfl.privacy.accounting import calibrate_sigma, epsilon_spent

@@ -1,4 +1,4 @@
-"""Privacy accounting for private aggregation (DESIGN.md §5).
+"""Privacy accounting for private aggregation (docs/privacy.md).
 
 Each server step releases ``Σ_k y_k + N(0, σ² S² I)`` over a buffer of ``C`` clients drawn
 from ``N``; it is accounted as the Poisson-subsampled Gaussian mechanism with sampling rate
@@ -8,7 +8,10 @@ from ``N``; it is accounted as the Poisson-subsampled Gaussian mechanism with sa
     SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(σ)), T)
 
 and evaluated with a real accountant from ``dp-accounting``: ``'pld'`` (privacy loss
-distributions, tight; the default) or ``'rdp'`` (Rényi DP, looser but cheap).
+distributions, tight; the default; :func:`pld_epsilon`) or ``'rdp'`` (Rényi DP, looser but
+cheap; :func:`rdp_epsilon`). The accountants (``privacy.accountant``) are registered in
+:data:`asyncfl.config.registries.ACCOUNTANTS` (docs/privacy.md); each is a function
+``(σ, δ, q, steps) -> ε``.
 
 PLD discretisation
 ------------------
@@ -37,31 +40,23 @@ mechanism alone then has ε > 10⁵ at any δ ≤ 10⁻³, far beyond any meanin
 
 from __future__ import annotations
 
-import logging
 import math
-from typing import Literal
 
-import dp_accounting
-from dp_accounting import pld, rdp
 from scipy import optimize
 
+from asyncfl.config.registries import ACCOUNTANTS
 from asyncfl.errors import ScenarioError
+from asyncfl.privacy.accountants import dp_event, pld_epsilon, pld_interval, rdp_epsilon
 
-Accountant = Literal["pld", "rdp"]
+Accountant = str
+"""A name in :data:`asyncfl.config.registries.ACCOUNTANTS` (``privacy.accountant``)."""
 SIGMA_MIN = 1e-3
 SIGMA_MAX = 1e6
 
 
-def dp_event(sigma: float, q: float, steps: int) -> dp_accounting.DpEvent:
-    """``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(σ)), T)``."""
-    return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
-    )
-
-
 def _check_args(sigma: float | None, delta: float, q: float, steps: int, accountant: str) -> None:
-    if accountant not in ("pld", "rdp"):
-        raise ScenarioError([f"privacy.accountant = {accountant!r}: must be 'pld' or 'rdp'"])
+    if accountant not in ACCOUNTANTS:
+        raise ScenarioError([ACCOUNTANTS.unknown(accountant)])
     if not 0.0 < delta < 1.0:
         raise ScenarioError([f"privacy.delta = {delta!r}: must be in (0, 1)"])
     if not 0.0 < q <= 1.0:
@@ -72,44 +67,19 @@ def _check_args(sigma: float | None, delta: float, q: float, steps: int, account
         raise ScenarioError([f"privacy.noise_multiplier = {sigma!r}: must be a positive finite number"])
 
 
-def _rdp_epsilon(sigma: float, delta: float, q: float, steps: int) -> float:
-    # dp-accounting logs (through absl) every Rényi order whose series fails to converge and
-    # that it excludes; those orders only loosen the bound, so the warnings are muted here.
-    absl_logger = logging.getLogger("absl")
-    level = absl_logger.level
-    absl_logger.setLevel(logging.ERROR)
-    try:
-        return float(rdp.RdpAccountant().compose(dp_event(sigma, q, steps)).get_epsilon(delta))
-    finally:
-        absl_logger.setLevel(level)
-
-
-def pld_interval(sigma: float, delta: float, q: float, steps: int) -> float:
-    """The PLD ``value_discretization_interval`` used for ``σ`` (rule in the module docstring)."""
-    eps_ref = _rdp_epsilon(sigma, delta, q, steps)
-    per_step_range = 10.0 / sigma + 1.0 / (2.0 * sigma**2)
-    return max(1e-5, min(1e-3, eps_ref / (100.0 * math.sqrt(steps))), per_step_range / 1e5, eps_ref / 1e6)
-
-
 def epsilon_spent(sigma: float, delta: float, q: float, steps: int, accountant: Accountant = "pld") -> float:
     """ε spent at ``δ`` by ``T = steps`` releases of the Poisson-subsampled Gaussian mechanism
-    with sampling rate ``q = C/N`` and noise multiplier ``σ`` (DESIGN §5). An upper bound
+    with sampling rate ``q = C/N`` and noise multiplier ``σ`` (docs/privacy.md). An upper bound
     (PLD with pessimistic rounding, or RDP); ``inf`` when ``σ <`` :data:`SIGMA_MIN`."""
     _check_args(sigma, delta, q, steps, accountant)
     if sigma < SIGMA_MIN:
         return math.inf
-    if accountant == "rdp":
-        return _rdp_epsilon(sigma, delta, q, steps)
-    interval = pld_interval(sigma, delta, q, steps)
-    if interval > 1.0:  # ε_rdp > 1e6 or σ ≲ 2e-3: see the module docstring
-        return _rdp_epsilon(sigma, delta, q, steps)
-    acc = pld.PLDAccountant(value_discretization_interval=interval)
-    return float(acc.compose(dp_event(sigma, q, steps)).get_epsilon(delta))
+    return ACCOUNTANTS.load(accountant)(sigma, delta, q, steps)
 
 
 def calibrate_sigma(epsilon: float, delta: float, q: float, steps: int, accountant: Accountant = "pld") -> float:
     """The smallest noise multiplier ``σ`` (to relative tolerance 10⁻⁵) whose
-    :func:`epsilon_spent` is at most ``epsilon`` at ``delta`` (DESIGN §5).
+    :func:`epsilon_spent` is at most ``epsilon`` at ``delta`` (docs/privacy.md).
 
     Works like ``dp_accounting.calibrate_dp_mechanism`` (bracket by doubling, then Brent's
     method, then make sure the returned σ is on the private side), but on

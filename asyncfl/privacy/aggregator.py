@@ -1,4 +1,4 @@
-"""The private aggregator and the resolution of a ``[privacy]`` section (DESIGN.md §5).
+"""The private aggregator and the resolution of a ``[privacy]`` section (docs/privacy.md).
 
 :class:`PrivateAggregator` implements the :class:`~asyncfl.server.aggregation.Aggregator` protocol:
 per step it builds each buffered client's payload ``y_k``, adds them into one running sum,
@@ -24,7 +24,7 @@ from asyncfl.privacy import accounting, mechanism
 
 
 class PrivateAggregator:
-    """Gaussian mechanism on staleness-tagged payloads (DESIGN §5).
+    """Gaussian mechanism on staleness-tagged payloads (docs/privacy.md).
 
     Isolation of individual clients is structural:
 
@@ -33,8 +33,8 @@ class PrivateAggregator:
     * the returned :class:`Aggregate` holds the step number, a freshly allocated ``r`` (not a
       view of the sum, detached from any autograd graph that could lead back to a client's
       tensor) and a freshly computed ``weights`` row;
-    * the only other state kept is :attr:`last_raw_counts`, the raw noisy ``ĉ_τ`` of the last
-      step (itself a post-processing of the noisy sum), for the run's ``private_by_staleness``.
+    * it keeps no state: the raw noisy counts ``ĉ_τ`` (a post-processing of the noisy sum) are
+      returned in the aggregate (``Aggregate.raw_counts``) for the run's ``private_by_staleness``.
 
     Payloads and the noisy sum are computed in float64 so that rounding cannot push a payload
     over the sensitivity ``S``; ``r`` is returned in the clients' dtype and device.
@@ -60,7 +60,6 @@ class PrivateAggregator:
         self.gamma = float(gamma)
         self.counts = counts
         self.noise_std = self.sigma * mechanism.sensitivity(self.clip, self.gamma)  # σS
-        self.last_raw_counts: np.ndarray | None = None
 
     def aggregate(self, step: int, updates: Sequence[ClientUpdate], rng: np.random.Generator) -> Aggregate:
         """One private step: ``Σ_k y_k + N(0, σ²S² I)`` decoded into an :class:`Aggregate`.
@@ -69,26 +68,25 @@ class PrivateAggregator:
         if not updates:
             raise ValueError(f"step {step}: no client updates to aggregate")
         L = self.num_staleness
-        like = updates[0].delta
+        like = updates[0].message
         d = like.numel()
         with torch.no_grad():
             total = torch.zeros(d + L, dtype=torch.float64, device=like.device)
             for u in updates:
                 w = float(staleness_weight(u.staleness, self.exponent))
-                total.add_(mechanism.payload(u.delta, u.staleness, w, self.clip, self.gamma, L))
+                total.add_(mechanism.payload(u.message, u.staleness, w, self.clip, self.gamma, L))
             noise = rng.normal(0.0, self.noise_std, size=d + L)
             total.add_(torch.from_numpy(noise).to(device=total.device))
             r, c_hat = mechanism.decode(total, d, L, self.buffer, self.gamma)
             r = r.to(dtype=like.dtype).reshape(like.shape).clone()
         del total  # the noisy sum is not kept either
-        self.last_raw_counts = c_hat.copy()
         counts = mechanism.postprocess_counts(c_hat, self.buffer, self.counts)
-        return Aggregate(step=int(step), r=r, weights=weight_row(counts, self.buffer, self.exponent))
+        return Aggregate(step=int(step), r=r, weights=weight_row(counts, self.buffer, self.exponent), raw_counts=c_hat.copy())
 
 
 @dataclass(frozen=True)
 class PrivacySetup:
-    """Resolved privacy parameters of a run (DESIGN §5).
+    """Resolved privacy parameters of a run (docs/privacy.md).
 
     ``sigma`` σ (noise multiplier), ``gamma`` γ, ``xi`` ξ = σS/γ, ``clip`` S_Δ, ``delta`` δ,
     ``epsilon_target`` (None when σ was given), ``accountant``, ``counts`` (post-processing),

@@ -1,4 +1,4 @@
-"""The Gaussian mechanism on staleness-tagged payloads, as pure functions (DESIGN.md §5).
+"""The Gaussian mechanism on staleness-tagged payloads, as pure functions (docs/privacy.md).
 
 Client side (pfl's ``postprocess_one_user``): client ``k`` with staleness ``τ_k`` sends::
 
@@ -8,21 +8,25 @@ Server side (``postprocess_server``): it sees only ``Σ_k y_k + N(0, σ² S² I)
 ``r_t = (first d coordinates)/C`` and ``ĉ_τ = (last L coordinates)/γ``. The count noise has
 std ``ξ = σS/γ`` (seed eq. 17); choosing ``ξ > σ`` fixes ``γ = σ S_Δ / √(ξ² − σ²)``.
 Everything after the noisy sum — decoding and :func:`postprocess_counts` — is post-processing
-and costs no privacy.
+and costs no privacy (docs/privacy.md). The count post-processing modes (``privacy.counts``)
+are registered in :data:`asyncfl.config.registries.COUNT_MODES`; each is a function
+``(ĉ, C) -> c'`` of one row of noisy counts.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import numpy as np
 import torch
 
+from asyncfl.config.registries import COUNT_MODES
 from asyncfl.errors import NumericalFault, ScenarioError
+from asyncfl.privacy.counts import counts_clamp, counts_project, counts_raw, project_simplex
 from asyncfl.tensor_checks import all_finite
 
-CountsMode = Literal["raw", "clamp", "project", "simplex"]
+CountsMode = str
+"""A name in :data:`asyncfl.config.registries.COUNT_MODES` (``privacy.counts``)."""
 
 
 def clip(delta: torch.Tensor, S: float) -> torch.Tensor:
@@ -87,51 +91,24 @@ def decode(noisy_sum: torch.Tensor, d: int, L: int, C: int, gamma: float) -> tup
     return r, c_hat
 
 
-def project_simplex(c_hat: np.ndarray, C: float) -> np.ndarray:
-    """Euclidean projection of a row onto ``{c ≥ 0, Σ c = C}`` (sort-based, Duchi et al. 2008).
-
-    Because the true counts lie in that set and projection onto a convex set is
-    non-expansive, ``‖proj(ĉ) − c‖ ≤ ‖ĉ − c‖`` for every noise draw."""
-    v = np.asarray(c_hat, dtype=np.float64)
-    u = np.sort(v)[::-1]
-    css = np.cumsum(u) - C
-    idx = np.arange(1, v.size + 1)
-    rho = np.nonzero(u - css / idx > 0)[0][-1]
-    theta = css[rho] / (rho + 1.0)
-    return np.maximum(v - theta, 0.0)
-
-
 def postprocess_counts(c_hat: np.ndarray, C: int, mode: CountsMode = "project") -> np.ndarray:
-    """Post-process one row of noisy counts ``ĉ_τ`` (free under DP, DESIGN §5).
+    """Post-process one row of noisy counts ``ĉ_τ`` (free under DP, docs/privacy.md) with the mode
+    registered as ``mode`` in :data:`~asyncfl.config.registries.COUNT_MODES`:
 
-    * ``'raw'``: unchanged (unbiased, may be negative and need not sum to ``C``).
-    * ``'clamp'``: ``max(ĉ_τ, 0)``.
-    * ``'project'``: clamp, then rescale the row to sum ``C`` (every step consumes exactly
-      ``C`` updates). If nothing is left after clamping, the row is spread uniformly,
-      ``C/L`` per staleness: with no information, the centroid of the feasible set
-      ``{c ≥ 0, Σc = C}`` has the smallest worst-case L2 error, whereas putting all ``C`` on
-      ``τ = 0`` would assert "no staleness" and switch off the correction MA exists for.
+    * ``'raw'``: unchanged (:func:`counts_raw`);
+    * ``'clamp'``: ``max(ĉ_τ, 0)`` (:func:`counts_clamp`);
+    * ``'project'``: clamp, then rescale to sum ``C``; uniform ``C/L`` if nothing is left
+      (:func:`counts_project`);
     * ``'simplex'``: Euclidean projection onto ``{c ≥ 0, Σc = C}`` (:func:`project_simplex`);
       never increases the L2 error. Offered for comparison (``analysis/privacy_counts_eval.py``).
     """
-    c_hat = np.asarray(c_hat, dtype=np.float64)
-    if mode == "raw":
-        return c_hat.copy()
-    if mode == "clamp":
-        return np.maximum(c_hat, 0.0)
-    if mode == "project":
-        c = np.maximum(c_hat, 0.0)
-        total = c.sum()
-        if total <= 0.0:
-            return np.full_like(c, C / c.size)
-        return c / total * C  # divide first: no overflow when total is subnormal
-    if mode == "simplex":
-        return project_simplex(c_hat, C)
-    raise ScenarioError([f"privacy.counts = {mode!r}: must be 'raw', 'clamp' or 'project'"])
+    if mode not in COUNT_MODES:
+        raise ScenarioError([COUNT_MODES.unknown(mode)])
+    return COUNT_MODES.load(mode)(np.asarray(c_hat, dtype=np.float64), C)
 
 
 def gamma_from_xi(sigma: float, clip: float, xi: float) -> float:
-    """``γ = σ S_Δ / √(ξ² − σ²)`` (DESIGN §5); requires ``ξ > σ``."""
+    """``γ = σ S_Δ / √(ξ² − σ²)`` (docs/privacy.md); requires ``ξ > σ``."""
     if not xi > sigma:
         raise ScenarioError([f"privacy.xi = {xi}: must exceed the noise multiplier σ = {sigma:.6g} (the count noise ξ = σS/γ > σ for every γ)"])
     return sigma * clip / math.sqrt((xi - sigma) * (xi + sigma))

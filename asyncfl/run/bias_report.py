@@ -1,4 +1,4 @@
-"""Implicit momentum bias of a recorded run (DESIGN.md §4): ``bias.json`` and ``asyncfl bias``.
+"""Implicit momentum bias of a recorded run (docs/server-rules.md; docs/server-rules.md): ``bias.json``.
 
 From a run directory (``scenario.toml``, ``counts.npz``) this builds the exact ``W`` from the
 counts, the target ``M`` from the run's β and ``ma_target``, and the coefficient matrices of
@@ -13,6 +13,9 @@ against ``Ŵ`` (``noisy_w``).
 
 Runs longer than :data:`MAX_ANALYSED_STEPS` are analysed on their first steps (``W`` is lower
 triangular, so the leading block is self-contained); ``steps_analysed`` says how many.
+
+The runner calls :func:`finish_hook` after every run; ``asyncfl bias`` (:mod:`asyncfl.cli.bias`)
+prints the same report as a table.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from typing import Any
 import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.errors import RunDirError
+from asyncfl.privacy.mechanism import postprocess_counts
+from asyncfl.run.rundir import write_json
 from asyncfl.server.aggregation import weight_matrix
 from asyncfl.server.bias import bias_report, plot_bias_heatmaps
-from asyncfl.errors import RunDirError
 from asyncfl.server.ma import coefficient_matrix_full, light_recursion, target_matrix
 
 MAX_ANALYSED_STEPS = 2000
@@ -53,8 +58,6 @@ def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray]) 
     raw = arrays.get("private_by_staleness")
     if raw is None or not scenario.privacy.enabled:
         return None
-    from asyncfl.privacy.mechanism import postprocess_counts
-
     C = scenario.server.buffer
     return np.stack([postprocess_counts(row, C, scenario.privacy.counts) for row in raw]) if len(raw) else raw
 
@@ -122,8 +125,7 @@ def heatmaps(run_dir: str | Path, path: str | Path | None = None) -> Path:
 
 
 def write_bias_json(run_dir: str | Path) -> dict[str, Any]:
-    from asyncfl.run.rundir import write_json
-
+    """Compute the report (:func:`bias_of_run`) and write it to ``run_dir/bias.json``."""
     report = bias_of_run(run_dir)
     write_json(Path(run_dir) / "bias.json", report)
     return report
@@ -134,33 +136,3 @@ def finish_hook(sim: Any, run_dir: Path) -> None:
     if sim.scenario.server.protocol == "fedbuff" and sim.steps_done > 0:
         write_bias_json(run_dir)
 
-
-# -- CLI ----------------------------------------------------------------------------------------
-def cmd_bias(args: Any) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    report = write_bias_json(args.run_dir)
-    png = heatmaps(args.run_dir)
-    table = Table(title=f"implicit momentum bias ‖AW − M‖_F/‖M‖_F — {report['steps_analysed']} steps, target {report['target']} β={report['beta']}")
-    table.add_column("rule")
-    table.add_column("bias", justify="right")
-    table.add_column("amplification ‖A‖_F/‖M‖_F", justify="right")
-    if "noisy_w" in report:
-        table.add_column("bias on noisy Ŵ", justify="right")
-    labels = {"none": "no momentum (W vs I)", "momentum": "naive momentum (A = M)", "ma_full": "MA-full", "ma_light": "MA-light"}
-    for key in RULE_KEYS:
-        row = [labels[key], f"{report[key]:.4f}", f"{report['amplification'][key]:.3f}"]
-        if "noisy_w" in report:
-            row.append(f"{report['noisy_w'][key]:.4f}")
-        table.add_row(*row)
-    console = Console(highlight=False)
-    console.print(table)
-    console.print(f"wrote {Path(args.run_dir) / 'bias.json'} and {png}")
-    return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("bias", help="implicit momentum bias of a run: bias.json, a table and heat maps")
-    p.add_argument("run_dir", help="a run directory written by `asyncfl run`")
-    p.set_defaults(func=cmd_bias)

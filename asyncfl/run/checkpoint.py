@@ -1,270 +1,197 @@
-"""Checkpoints: the whole state of a :class:`~asyncfl.sim.engine.Simulation` as data (DESIGN.md §2
-principle 4), written to ``checkpoint.pt`` and read back so that a resumed run is bit for bit the
-run that was never interrupted.
+"""Checkpoints: the simulation's declared state (:class:`~asyncfl.sim.state.SimState`) in a file,
+and back (docs/architecture.md §5, docs/run-directory.md §4).
 
-When. A checkpoint is taken only where the state is complete data: between two simpy events with
-no buffer flush in progress (after a server step, or wherever ``Simulation.should_stop`` stops a
-run — in the middle of a buffer, typically). At such a point every pending simpy event is the
-arrival of a client in flight, so the event queue is rebuilt from ``in_flight`` alone.
+File (``checkpoint.pt``, one ``torch.save`` dict, read with ``weights_only=True`` so a hostile
+file cannot run code)::
 
-What (``checkpoint.pt``, one ``torch.save`` dict, read with ``weights_only=True``)::
+    format    CHECKPOINT_FORMAT (another value is refused with a message saying so)
+    scenario  the resolved scenario TOML the run was started with (must equal scenario.toml)
+    state     the SimState tree, encoded below
+    run_dir   what the run directory held when it was taken: {"csv_rows": {file: data rows},
+              "csv_sha256": {file: digest of the header and those rows}}
 
-    format      CHECKPOINT_FORMAT (an int; another value is refused)
-    scenario    the resolved scenario TOML the run was started with (must equal scenario.toml)
-    now         the simpy clock
-    streams     every named numpy Generator's bit_generator.state
-    sim         the Simulation's data attributes: theta, version, algo_state, in_flight, buffer,
-                counters, records, _seq, _eval_staleness, last_metrics — and any data attribute
-                a feature adds (attributes that are not data are listed in ``skipped``)
-    fleet       the fleet's data attributes (busy flags, speeds, availability arrays, …)
-    protocol    the protocol's data attributes (SyncProtocol: round, arrived, need)
-    algorithm   data attributes of the algorithm and of the asyncfl objects it holds
-                (aggregator, rule, privacy accountant, …), or its ``state_dict()`` if it has one
-    clients     {seq: {"fields": InFlight fields except future/process, "result": local model
-                or None}} — every dispatched client still referenced (in flight, buffered,
-                arrived in the open sync round); each job carries its inputs (start θ, centre,
-                seed); θ tensors of one model version share storage, so each version is stored
-                once
-    extra       what the caller adds (the runner: rows written to updates.csv / metrics.csv)
+Encoding. Only the declared state types of :data:`STATE_TYPES` are written, field by field, as
+``{"__t": type name, "fields": {...}}``; tensors as tensors; numpy arrays as tagged byte
+tensors with their dtype and shape; dicts with string keys, tuples, lists and plain scalars as
+themselves. Anything else in the tree is an error naming its path. Decoding builds each type
+with exactly its declared fields: a checkpoint whose fields do not match this version of a type
+is refused, never half-loaded.
 
-Encoding. NamedTuples and dataclasses (from ``asyncfl`` modules only) become tagged dicts, numpy
-arrays and scalars keep their dtype, tensors are stored as tensors, Python ints of any size
-(generator states) as ints; an :class:`~asyncfl.sim.engine.InFlight` anywhere becomes a reference to
-its ``clients`` entry, so shared records stay shared. Nothing is pickled as a class, so a
-checkpoint is loaded with ``torch.load(weights_only=True)``: a hostile file cannot run code.
-
-Resume (:func:`load_state`, then :func:`restart` from ``Simulation._start``): the simulation is
-built from the scenario as usual, its data attributes are replaced, and the in-flight clients get
-their simpy processes back in the original event order — sorted by ``(arrival_time, seq)``,
-which is the order of their timeouts in the original queue — and their jobs are resubmitted to the
-executor (a job is deterministic given its seed and start θ), unless the result was stored.
+Validation (:func:`validate`) compares a decoded state with the initial state of a simulation
+freshly built from the scenario — the same types, dict keys and dtypes everywhere, the same
+tensor shapes except along dimensions a fresh state leaves empty (buffers that grow, such as
+MA-full's history) — and checks every count against the scenario and the run directory's row
+counts. The runner does this before it touches a file.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import importlib
+import hashlib
 import io
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
-import simpy
 import torch
 
 from asyncfl import rng as rngmod
-from asyncfl.sim.engine import InFlight, Simulation
+from asyncfl.clients.fleet import FleetState
+from asyncfl.clients.replay import ReplayState
+from asyncfl.compute.training import LocalJob
+from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError
 from asyncfl.run.rundir import atomic_write
+from asyncfl.server.algorithms import PseudoGradientState
+from asyncfl.server.ma import MAFullState, MALightState
+from asyncfl.server.rules import AdamState, EmptyState, TraceState
+from asyncfl.server.splitting import BaselineState, ClientJob
+from asyncfl.sim.state import ClientState, Counters, FedBuffState, Records, SimState, SyncState, WaiterState
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 1: the reflective format of asyncfl ≤ 0.1 (refused)
 CHECKPOINT_NAME = "checkpoint.pt"
 
-# Simulation attributes that are configuration, machinery or handled separately.
-SIM_EXCLUDE = {
-    "scenario", "task", "sink", "_executor", "algorithm", "streams", "fleet", "env", "protocol",
-    "_pending_flush", "_started", "_wall_start", "finished", "should_stop", "_restored",
+#: Every type a state tree may hold, by name. A plug-in with its own state type adds it here
+#: (:func:`register_state_type`).
+STATE_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        SimState, ClientState, Counters, Records, WaiterState, FedBuffState, SyncState, FleetState, ReplayState,
+        LocalJob, ClientJob, PseudoGradientState, EmptyState, TraceState, AdamState, MAFullState, MALightState,
+        BaselineState,
+    )
 }
-COMPONENT_EXCLUDE = {"sim", "task", "scenario", "env", "streams"}
-INFLIGHT_MACHINERY = ("future", "process")
-_PLAIN = (type(None), bool, int, float, str, bytes)
-REQUIRED = ("format", "scenario", "now", "streams", "sim", "fleet", "protocol", "algorithm", "clients", "extra")
+_PLAIN = (type(None), bool, int, float, str)
 
 
-class NotData(TypeError):
-    """A value that is not checkpointable data (a function, an open file, a foreign object)."""
+def register_state_type(cls: type) -> type:
+    """Allow ``cls`` (a NamedTuple or dataclass) in checkpointed state; usable as a decorator."""
+    if cls.__name__ in STATE_TYPES and STATE_TYPES[cls.__name__] is not cls:
+        raise ValueError(f"another state type is already registered as {cls.__name__}")
+    STATE_TYPES[cls.__name__] = cls
+    return cls
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    if hasattr(cls, "_fields"):
+        return tuple(cls._fields)
+    return tuple(f for f in cls.__dataclass_fields__)  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------------
-# encoding: Python/numpy/torch values → a tree of dicts, lists, tensors and plain scalars
-class _Encoder:
-    def __init__(self) -> None:
-        self.clients: dict[int, InFlight] = {}
-
-    def __call__(self, value: Any) -> Any:
-        if isinstance(value, InFlight):
-            self.clients[value.seq] = value
-            return {"__t": "inflight", "seq": value.seq}
-        if isinstance(value, torch.Tensor):
-            return value.detach()
-        if isinstance(value, np.ndarray):
-            if value.dtype.hasobject:
-                raise NotData(f"numpy array of dtype {value.dtype}")
-            arr = np.ascontiguousarray(value)
-            data = torch.frombuffer(bytearray(arr.tobytes()), dtype=torch.uint8) if arr.nbytes else torch.zeros(0, dtype=torch.uint8)
-            return {"__t": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape), "data": data}
-        if isinstance(value, np.generic):
-            return {"__t": "npscalar", "value": self(np.asarray(value))}
-        if isinstance(value, _PLAIN):
-            return value
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return {"__t": "namedtuple", "cls": _class_name(value), "fields": {f: self(getattr(value, f)) for f in value._fields}}
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return {"__t": "dataclass", "cls": _class_name(value),
-                    "fields": {f.name: self(getattr(value, f.name)) for f in dataclasses.fields(value)}}
-        if isinstance(value, tuple):
-            return {"__t": "tuple", "items": [self(v) for v in value]}
-        if isinstance(value, list):
-            return [self(v) for v in value]
-        if isinstance(value, dict):
-            if not all(isinstance(k, _PLAIN) for k in value):
-                raise NotData("dict with non-scalar keys")
-            return {"__t": "dict", "items": [[k, self(v)] for k, v in value.items()]}
-        raise NotData(f"{type(value).__module__}.{type(value).__qualname__}")
-
-    def client(self, rec: InFlight) -> dict[str, Any]:
-        fields = {f.name: self(getattr(rec, f.name)) for f in dataclasses.fields(rec) if f.name not in INFLIGHT_MACHINERY}
-        result = None
-        fut = rec.future
-        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
-            result = fut.result().detach()
-        return {"fields": fields, "result": result}
+# encoding
+def encode(value: Any, path: str = "state") -> Any:
+    """``value`` as checkpointable data (see the module docstring); raises CheckpointError
+    naming the path of a value that is not declared state."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise CheckpointError(f"cannot checkpoint {path}: a numpy array of objects")
+        arr = np.ascontiguousarray(value)
+        data = torch.frombuffer(bytearray(arr.tobytes()), dtype=torch.uint8) if arr.nbytes else torch.zeros(0, dtype=torch.uint8)
+        return {"__t": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape), "data": data}
+    if isinstance(value, np.generic):
+        return encode(value.item(), path)
+    name = type(value).__name__
+    if STATE_TYPES.get(name) is type(value):
+        return {"__t": name, "fields": {f: encode(getattr(value, f), f"{path}.{f}") for f in _fields(type(value))}}
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return {"__t": "tuple", "items": [encode(v, f"{path}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [encode(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise CheckpointError(f"cannot checkpoint {path}: a dict with keys that are not strings")
+        return {"__t": "dict", "items": {k: encode(v, f"{path}.{k}") for k, v in value.items()}}
+    raise CheckpointError(f"cannot checkpoint {path}: {type(value).__module__}.{type(value).__qualname__} is not a declared state type")
 
 
-def _class_name(value: Any) -> str:
-    cls = type(value)
-    if not cls.__module__.startswith("asyncfl"):
-        raise NotData(f"{cls.__module__}.{cls.__qualname__} (only asyncfl NamedTuples and dataclasses)")
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _resolve(name: str) -> type:
-    module, _, qualname = name.partition(":")
-    if not (module == "asyncfl" or module.startswith("asyncfl.")):
-        raise CheckpointError(f"checkpoint names a class outside asyncfl: {name}")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not isinstance(obj, type) or not (dataclasses.is_dataclass(obj) or issubclass(obj, tuple)):
-        raise CheckpointError(f"checkpoint names {name}, which is not a NamedTuple or a dataclass")
-    return obj
-
-
-class _Decoder:
-    def __init__(self, clients: dict[int, InFlight]) -> None:
-        self.clients = clients
-
-    def __call__(self, value: Any) -> Any:
-        if isinstance(value, list):
-            return [self(v) for v in value]
-        if not isinstance(value, dict):
-            return value
-        tag = value["__t"]
-        if tag == "inflight":
-            return self.clients[value["seq"]]
-        if tag == "ndarray":
+def decode(value: Any, path: str = "state") -> Any:
+    """The inverse of :func:`encode`; raises CheckpointError for anything it did not write."""
+    if isinstance(value, list):
+        return [decode(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, torch.Tensor) or isinstance(value, _PLAIN):
+        return value
+    if not isinstance(value, dict) or "__t" not in value:
+        raise CheckpointError(f"{path}: not checkpoint data ({type(value).__name__})")
+    tag = value["__t"]
+    if tag == "ndarray":
+        try:
             raw = value["data"].numpy().tobytes()
             return np.frombuffer(raw, dtype=np.dtype(value["dtype"])).reshape(value["shape"]).copy()
-        if tag == "npscalar":
-            return self(value["value"])[()]
-        if tag == "namedtuple":
-            return _resolve(value["cls"])(**{k: self(v) for k, v in value["fields"].items()})
-        if tag == "dataclass":
-            cls = _resolve(value["cls"])
-            obj = cls.__new__(cls)
-            for k, v in value["fields"].items():
-                object.__setattr__(obj, k, self(v))
-            return obj
-        if tag == "tuple":
-            return tuple(self(v) for v in value["items"])
-        if tag == "dict":
-            return {k: self(v) for k, v in value["items"]}
-        raise CheckpointError(f"unknown tag {tag!r} in checkpoint")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: a damaged array ({exc})") from None
+    if tag == "tuple":
+        return tuple(decode(v, f"{path}[{i}]") for i, v in enumerate(value["items"]))
+    if tag == "dict":
+        return {str(k): decode(v, f"{path}.{k}") for k, v in dict(value["items"]).items()}
+    cls = STATE_TYPES.get(tag)
+    if cls is None:
+        raise CheckpointError(f"{path}: type {tag!r} is not a state type of this asyncfl")
+    fields = value.get("fields")
+    want = _fields(cls)
+    if not isinstance(fields, dict) or tuple(fields) != want:
+        got = tuple(fields) if isinstance(fields, dict) else ()
+        raise CheckpointError(f"{path}: {tag} has fields {', '.join(got) or 'none'}; this asyncfl's {tag} has {', '.join(want)}")
+    return cls(**{f: decode(fields[f], f"{path}.{f}") for f in want})
 
 
 # ---------------------------------------------------------------------------------------------
-# components: the data attributes of an object (and of the asyncfl objects it holds)
-def _component_state(obj: Any, enc: _Encoder, depth: int = 0) -> dict[str, Any]:
-    if hasattr(obj, "state_dict") and callable(obj.state_dict):
-        return {"state_dict": enc(obj.state_dict())}
-    data: dict[str, Any] = {}
-    children: dict[str, Any] = {}
-    for name, value in vars(obj).items():
-        if name in COMPONENT_EXCLUDE:
-            continue
-        try:
-            data[name] = enc(value)
-        except NotData:
-            if depth < 4 and hasattr(value, "__dict__") and type(value).__module__.startswith("asyncfl") and not callable(value):
-                children[name] = _component_state(value, enc, depth + 1)
-    return {"data": data, "children": children}
+# files
+def save(path: str | Path, scenario: Scenario, state: SimState, run_dir: Mapping[str, Any]) -> None:
+    """Write a checkpoint atomically (temporary file, fsync, rename): a crash or a full disk
+    leaves the previous checkpoint as it was."""
+    data = {"format": CHECKPOINT_FORMAT, "scenario": scenario.to_toml(), "state": encode(state), "run_dir": dict(run_dir)}
+    atomic_write(Path(path), lambda p: torch.save(data, p))
 
 
-def _load_component(obj: Any, state: dict[str, Any], dec: _Decoder) -> None:
-    if "state_dict" in state:
-        obj.load_state_dict(dec(state["state_dict"]))
-        return
-    for name, value in state["data"].items():
-        setattr(obj, name, dec(value))
-    for name, child in state["children"].items():
-        if hasattr(obj, name):
-            _load_component(getattr(obj, name), child, dec)
+class Checkpoint:
+    """A checkpoint file, read and decoded (not yet validated against a simulation)."""
+
+    def __init__(self, path: Path, scenario_toml: str, state: SimState, csv_rows: dict[str, int], csv_sha256: dict[str, str]) -> None:
+        self.path, self.scenario_toml, self.state = path, scenario_toml, state
+        self.csv_rows, self.csv_sha256 = csv_rows, csv_sha256
+
+    @property
+    def step(self) -> int:
+        """Server steps the checkpointed run had taken."""
+        return self.state.version - 1
 
 
-# ---------------------------------------------------------------------------------------------
-def state_dict(sim: Simulation, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The simulation's complete state as checkpointable data (see the module docstring)."""
-    if sim._pending_flush is not None:
-        raise CheckpointError("a checkpoint can only be taken between events (a buffer flush is in progress)")
-    enc = _Encoder()
-    sim_state: dict[str, Any] = {}
-    skipped: list[str] = []
-    for name, value in vars(sim).items():
-        if name in SIM_EXCLUDE:
-            continue
-        try:
-            sim_state[name] = enc(value)
-        except NotData:
-            skipped.append(name)
-    out = {
-        "format": CHECKPOINT_FORMAT,
-        "scenario": sim.scenario.to_toml(),
-        "now": float(sim.env.now),
-        "streams": enc(rngmod.streams_state(sim.streams)),
-        "sim": sim_state,
-        "skipped": skipped,
-        "fleet": _component_state(sim.fleet, enc),
-        "protocol": _component_state(sim.protocol, enc),
-        "algorithm": _component_state(sim.algorithm, enc),
-        "extra": enc(extra or {}),
-    }
-    clients: dict[int, Any] = {}
-    done: set[int] = set()
-    while len(done) < len(enc.clients):  # a client's fields may reference others (never today)
-        for seq in sorted(set(enc.clients) - done):
-            clients[seq] = enc.client(enc.clients[seq])
-            done.add(seq)
-    out["clients"] = {"__t": "dict", "items": [[seq, clients[seq]] for seq in sorted(clients)]}
-    return out
-
-
-def save(sim: Simulation, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-    """Write ``sim``'s state atomically (temporary file, fsync, rename) to ``path``."""
-    try:
-        state = state_dict(sim, extra)
-    except NotData as exc:
-        raise CheckpointError(f"cannot checkpoint: the state holds a value that is not data ({exc})") from None
-    atomic_write(Path(path), lambda p: torch.save(state, p))
-
-
-def read(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint file; a corrupted file or another format raises :class:`CheckpointError`."""
+def read(path: str | Path) -> Checkpoint:
+    """Read and decode a checkpoint. A missing, damaged or foreign file, another format version
+    or an incomplete state raises :class:`CheckpointError` with one message."""
     path = Path(path)
     try:
-        state = torch.load(io.BytesIO(path.read_bytes()), weights_only=True, map_location="cpu")
+        data = torch.load(io.BytesIO(path.read_bytes()), weights_only=True, map_location="cpu")
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no checkpoint") from None
     except Exception as exc:  # torch raises many types for a damaged or foreign file
         raise CheckpointError(f"{path}: not a readable checkpoint ({exc.__class__.__name__}: {_short(exc)})") from None
-    if not isinstance(state, dict) or "format" not in state:
+    if not isinstance(data, dict) or "format" not in data:
         raise CheckpointError(f"{path}: not an asyncfl checkpoint")
-    if state["format"] != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path}: checkpoint format {state['format']!r}, this asyncfl reads format {CHECKPOINT_FORMAT}")
-    missing = [k for k in REQUIRED if k not in state]
-    if missing or not isinstance(state["sim"], dict) or not isinstance(state["sim"].get("version"), int):
-        raise CheckpointError(f"{path}: incomplete checkpoint (missing {', '.join(missing) or 'sim.version'})")
-    return state
+    if data["format"] != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"{path}: checkpoint format {data['format']!r}, written by another version of asyncfl; this asyncfl reads "
+            f"format {CHECKPOINT_FORMAT} (an older run cannot be resumed: rerun it)"
+        )
+    missing = [k for k in ("scenario", "state", "run_dir") if k not in data]
+    if missing:
+        raise CheckpointError(f"{path}: incomplete checkpoint (missing {', '.join(missing)})")
+    try:
+        state = decode(data["state"])
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    if not isinstance(state, SimState):
+        raise CheckpointError(f"{path}: the checkpoint holds no simulation state")
+    run_dir = data["run_dir"]
+    rows, digests = run_dir.get("csv_rows") if isinstance(run_dir, dict) else None, run_dir.get("csv_sha256") if isinstance(run_dir, dict) else None
+    if not (isinstance(rows, dict) and isinstance(digests, dict) and isinstance(data["scenario"], str)):
+        raise CheckpointError(f"{path}: incomplete checkpoint (no row counts of the run directory)")
+    return Checkpoint(path, data["scenario"], state, {str(k): v for k, v in rows.items()}, {str(k): v for k, v in digests.items()})
 
 
 def _short(exc: BaseException) -> str:
@@ -272,57 +199,128 @@ def _short(exc: BaseException) -> str:
     return text[0][:200] if text else ""
 
 
-def extra_of(state: dict[str, Any]) -> dict[str, Any]:
-    return _Decoder({})(state["extra"])
+def prefix_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def load_state(sim: Simulation, state: dict[str, Any]) -> None:
-    """Put a checkpoint's state into a freshly built, not yet started ``sim``."""
-    if sim._started:
-        raise CheckpointError("load_state needs a simulation that has not started")
-    try:
-        _load(sim, state)
-    except CheckpointError:
-        raise
-    except Exception as exc:  # a structurally damaged checkpoint
-        raise CheckpointError(f"checkpoint does not match this simulation ({exc.__class__.__name__}: {_short(exc)})") from None
+# ---------------------------------------------------------------------------------------------
+# validation
+def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
+    """Every way ``ck``'s state does not fit a simulation of ``scenario`` whose initial state is
+    ``fresh``: one line per problem, empty when it fits."""
+    problems: list[str] = []
+    _compare(ck.state, fresh, "state", problems, skip={"clients"})
+    if problems:
+        return problems[:10]
+    s = ck.state
+    server, run = scenario.server, scenario.run
+    steps = s.version - 1
+    n = scenario.population.clients
+
+    def check(ok: bool, message: str) -> None:
+        if not ok:
+            problems.append(message)
+
+    check(0 <= steps <= run.steps, f"state.version = {s.version}: the run has run.steps = {run.steps} steps")
+    for name in ("by_staleness", "step_times"):
+        got = len(getattr(s.records, name))
+        check(got == steps, f"state.records.{name}: {got} entries, but {steps} steps were taken")
+    if scenario.privacy.enabled:
+        check(len(s.records.private_by_staleness) == steps, f"state.records.private_by_staleness: {len(s.records.private_by_staleness)} entries for {steps} steps")
+    accepted = int(sum(int(np.sum(row)) for row in s.records.by_staleness))
+    check(accepted == s.counters.accepted, f"state.counters.accepted = {s.counters.accepted}, but the per-step counts add up to {accepted}")
+    for name in ("accepted", "dropped_stale", "cancelled_late", "rejected_nonfinite", "rejected_norm", "dropped_offline", "dispatched"):
+        check(getattr(s.counters, name) >= 0, f"state.counters.{name} = {getattr(s.counters, name)}: must be ≥ 0")
+    check(s.counters.dispatched == s.next_seq, f"state.next_seq = {s.next_seq}, but {s.counters.dispatched} clients were dispatched")
+    check(s.rejected_since_step >= 0, f"state.rejected_since_step = {s.rejected_since_step}: must be ≥ 0")
+    check(math.isfinite(s.now) and s.now >= 0, f"state.now = {s.now}: must be a finite time ≥ 0")
+
+    seqs = {c.seq for c in s.clients}
+    check(len(seqs) == len(s.clients), "state.clients: a dispatch number appears twice")
+    check(set(s.in_flight) <= seqs, "state.in_flight: names clients the checkpoint does not hold")
+    check({seq for seq, _ in s.buffer} <= seqs, "state.buffer: names clients the checkpoint does not hold")
+    if isinstance(s.protocol, SyncState):
+        check(set(s.protocol.round) | set(s.protocol.arrived) <= seqs, "state.protocol: the round names clients the checkpoint does not hold")
+        check(len(s.in_flight) <= server.cohort, f"state.in_flight: {len(s.in_flight)} clients, more than server.cohort = {server.cohort}")
+    else:
+        check(len(s.in_flight) <= server.concurrency, f"state.in_flight: {len(s.in_flight)} clients, more than server.concurrency = {server.concurrency}")
+        check(len(s.buffer) < server.buffer, f"state.buffer: {len(s.buffer)} uploads, but a step takes server.buffer = {server.buffer}")
+    shape, dtype = tuple(fresh.theta.shape), fresh.theta.dtype
+    for c in s.clients:
+        where = f"state.clients[seq {c.seq}]"
+        check(0 <= c.client < n, f"{where}.client = {c.client}: population.clients = {n}")
+        check(1 <= c.seq <= s.next_seq, f"{where}: dispatch number outside 1..{s.next_seq}")
+        check(1 <= c.version <= s.version, f"{where}.version = {c.version}: the server is at version {s.version}")
+        check(c.dispatch_time <= s.now and c.dispatch_time <= c.arrival_time, f"{where}: dispatched at {c.dispatch_time}, after now = {s.now} or after its arrival")
+        tensors = [("job.start", c.job.start), ("job.centre", c.job.centre)]
+        if isinstance(c.job, ClientJob):
+            tensors.append(("job.received", c.job.received))
+            tensors += [(f"job.memory.{k}", v) for k, v in c.job.memory.items()]
+        if c.result is not None:
+            tensors.append(("result", c.result))
+        for name, t in tensors:
+            ok = isinstance(t, torch.Tensor) and tuple(t.shape) == shape and t.dtype == dtype
+            check(ok, f"{where}.{name}: {_describe(t)}, but the model is a {dtype} tensor of shape {shape}")
+    busy = s.fleet.busy
+    check(busy.shape == (n,) and busy.dtype == np.bool_, f"state.fleet.busy: {_describe(busy)}, but population.clients = {n}")
+    check(set(s.streams) == set(rngmod.STREAMS), f"state.streams: {sorted(s.streams)}, expected {sorted(rngmod.STREAMS)}")
+    expected_rows = {"updates.csv": s.counters.rows, "metrics.csv": 1 + steps // run.eval_every}
+    for name, want in expected_rows.items():
+        got = ck.csv_rows.get(name)
+        check(isinstance(got, int) and got == want, f"run_dir.csv_rows[{name!r}] = {got!r}, but the state accounts for {want} rows")
+    return problems[:10]
 
 
-def _load(sim: Simulation, state: dict[str, Any]) -> None:
-    clients: dict[int, InFlight] = {}
-    dec = _Decoder(clients)
-    entries = dict(state["clients"]["items"])
-    for seq in entries:  # first pass: empty records, so that references resolve
-        clients[seq] = InFlight.__new__(InFlight)
-    for seq, entry in entries.items():
-        rec = clients[seq]
-        for f in dataclasses.fields(InFlight):
-            object.__setattr__(rec, f.name, None)
-        for name, value in entry["fields"].items():
-            object.__setattr__(rec, name, dec(value))
-    rngmod.restore_streams(sim.streams, dec(state["streams"]))
-    for name, value in state["sim"].items():
-        setattr(sim, name, dec(value))
-    _load_component(sim.fleet, state["fleet"], dec)
-    _load_component(sim.protocol, state["protocol"], dec)
-    _load_component(sim.algorithm, state["algorithm"], dec)
-    sim.env = simpy.Environment(initial_time=state["now"])
-    sim._restored = {seq: entries[seq]["result"] for seq in clients}, clients
+def _describe(value: Any) -> str:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"{value.dtype} of shape {tuple(value.shape)}"
+    return type(value).__name__
 
 
-def restart(sim: Simulation) -> None:
-    """(Called by ``Simulation._start`` in the event loop.) Resubmit the jobs of every client the
-    checkpoint holds and give the in-flight ones their simpy processes back, in event order."""
-    results, clients = sim._restored
-    sim._restored = None
-    loop = asyncio.get_running_loop()
-    for seq in sorted(clients):
-        rec, result = clients[seq], results[seq]
-        if result is not None:
-            fut: asyncio.Future[torch.Tensor] = loop.create_future()
-            fut.set_result(result)
-            rec.future = fut
-        else:
-            rec.future = sim.executor.submit(rec.job)
-    for rec in sorted(sim.in_flight.values(), key=lambda r: r.seq):  # ties keep dispatch order
-        sim.launch(rec)
+def _compare(got: Any, want: Any, path: str, problems: list[str], skip: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    """Same types, keys and dtypes as ``want`` (a fresh state); same shapes except along
+    dimensions that are empty in ``want``; containers that are empty in ``want`` are free."""
+    if isinstance(want, torch.Tensor) or isinstance(want, np.ndarray):
+        kind = torch.Tensor if isinstance(want, torch.Tensor) else np.ndarray
+        if not isinstance(got, kind):
+            problems.append(f"{path}: {_describe(got)}, expected a {want.dtype} array of shape {tuple(want.shape)}")
+            return
+        growable = all(w == g or w == 0 for w, g in zip(want.shape, got.shape))
+        if got.dtype != want.dtype or got.ndim != want.ndim or not growable:
+            problems.append(f"{path}: {_describe(got)}, but this scenario's is {_describe(want)}")
+        return
+    if type(got) is not type(want) and not (isinstance(want, (int, float)) and isinstance(got, (int, float)) and not isinstance(got, bool)):
+        if want is None or got is None:
+            return  # optional values (a result not yet known, an unset time)
+        problems.append(f"{path}: a {type(got).__name__}, but this scenario's is a {type(want).__name__}")
+        return
+    if type(want).__name__ in STATE_TYPES:
+        for f in _fields(type(want)):
+            if f not in skip:
+                _compare(getattr(got, f), getattr(want, f), f"{path}.{f}", problems)
+    elif isinstance(want, dict):
+        if path.endswith(".streams") or path.endswith(".last_metrics"):
+            return
+        if set(got) != set(want):
+            problems.append(f"{path}: keys {sorted(got)}, but this scenario's are {sorted(want)}")
+            return
+        for k in want:
+            _compare(got[k], want[k], f"{path}.{k}", problems)
+    elif isinstance(want, (tuple, list)) and want:
+        for i, item in enumerate(got):
+            _compare(item, want[min(i, len(want) - 1)], f"{path}[{i}]", problems)
+
+
+def file_problems(ck: Checkpoint, files: Mapping[str, Callable[[int], bytes]]) -> list[str]:
+    """Whether each CSV file's first ``csv_rows`` rows are the ones the checkpoint saw:
+    ``files[name](rows)`` returns those bytes (raising CheckpointError when the file has fewer)."""
+    problems = []
+    for name, prefix in files.items():
+        rows = ck.csv_rows.get(name)
+        if not isinstance(rows, int) or rows < 0:
+            problems.append(f"{ck.path}: csv_rows[{name!r}] = {rows!r} is not a row count")
+            continue
+        digest = prefix_digest(prefix(rows))
+        if digest != ck.csv_sha256.get(name):
+            problems.append(f"{name}: its first {rows} rows are not the ones the checkpoint saw (the file was edited or damaged)")
+    return problems

@@ -1,4 +1,4 @@
-"""The run directory: what a run leaves behind (DESIGN.md §2; issue "Foundation" item 5).
+"""The run directory: what a run leaves behind (docs/architecture.md §2; issue "Foundation" item 5).
 
 * ``scenario.toml`` — the resolved scenario (every default written out);
 * ``metrics.csv`` — one row per evaluation (``METRIC_FIELDS``);
@@ -17,6 +17,8 @@ temporary file, then rename), so a run killed at any moment leaves files that pa
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import math
 import os
@@ -27,10 +29,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from asyncfl.sim.engine import UPDATE_FIELDS, Sink, UpdateRow
 from asyncfl.errors import RunDirError
+from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, UpdateRow
 
-METRIC_FIELDS = ("step", "time", "wall_time", "loss", "accuracy", "train_loss", "staleness_mean", "staleness_max")
 FORMAT_VERSION = 1
 
 
@@ -88,22 +89,38 @@ def prepare(out: str | Path, overwrite: bool = False) -> Path:
 
 
 class CsvLog:
-    """An append-only CSV file whose every row is flushed when written."""
+    """An append-only CSV file whose every row is flushed when written. It keeps the number of
+    data rows and a running SHA-256 of every byte in the file, which a checkpoint records so
+    that a resume can tell whether the rows it keeps are the ones the run wrote.
 
-    def __init__(self, path: Path, fields: tuple[str, ...], append: bool = False, rows: int = 0) -> None:
-        exists = append and path.exists() and path.stat().st_size > 0
-        self.fh = open(path, "a" if append else "w", newline="", encoding="utf-8")
-        self.writer = csv.writer(self.fh, lineterminator="\n")
+    ``append=True`` continues a file whose first ``rows`` data rows (and header) are ``prefix``
+    (the bytes already checked by the resume)."""
+
+    def __init__(self, path: Path, fields: tuple[str, ...], append: bool = False, rows: int = 0, prefix: bytes = b"") -> None:
+        self.fh = open(path, "ab" if append else "wb")
+        self._line = io.StringIO()
+        self._csv = csv.writer(self._line, lineterminator="\n")
         self.fields = fields
-        self.rows = rows if exists else 0  # data rows in the file (checkpoints record it)
-        if not exists:
-            self.writer.writerow(fields)
-            self.fh.flush()
+        self.digest = hashlib.sha256(prefix if append else b"")
+        self.rows = rows if append else 0  # data rows in the file (checkpoints record it)
+        if not append:
+            self._write_line(fields)
+
+    def _write_line(self, values: Any) -> None:
+        self._line.seek(0)
+        self._line.truncate()
+        self._csv.writerow(values)
+        data = self._line.getvalue().encode("utf-8")
+        self.fh.write(data)
+        self.fh.flush()
+        self.digest.update(data)
 
     def write(self, values: list[Any]) -> None:
-        self.writer.writerow(values)
-        self.fh.flush()
+        self._write_line(values)
         self.rows += 1
+
+    def sha256(self) -> str:
+        return self.digest.hexdigest()
 
     def close(self) -> None:
         self.fh.close()
@@ -117,19 +134,27 @@ def _fmt(value: Any) -> Any:
     return value
 
 
-class RunWriter(Sink):
-    """A :class:`~asyncfl.sim.engine.Sink` that writes the run directory as the run goes."""
+class RunWriter:
+    """A :class:`~asyncfl.records.Sink` that writes the run directory as the run goes.
 
-    def __init__(self, path: Path, append: bool = False, rows: dict[str, int] | None = None) -> None:
-        super().__init__()
+    ``append=True`` continues a resumed directory whose CSV files hold ``rows[name]`` data rows,
+    ``prefixes[name]`` being exactly those bytes (already cut and checked by the resume)."""
+
+    def __init__(self, path: Path, append: bool = False, rows: dict[str, int] | None = None,
+                 prefixes: dict[str, bytes] | None = None) -> None:
         self.path = Path(path)
-        rows = rows or {}
-        self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append, rows.get("updates.csv", 0))
-        self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append, rows.get("metrics.csv", 0))
+        rows, prefixes = rows or {}, prefixes or {}
+        self.metrics: list[dict[str, float]] = []
+        self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append, rows.get("updates.csv", 0), prefixes.get("updates.csv", b""))
+        self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append, rows.get("metrics.csv", 0), prefixes.get("metrics.csv", b""))
 
     def rows(self) -> dict[str, int]:
         """Data rows written so far per CSV file (what a checkpoint must truncate back to)."""
         return {"updates.csv": self.updates_log.rows, "metrics.csv": self.metrics_log.rows}
+
+    def digests(self) -> dict[str, str]:
+        """SHA-256 of each CSV file's bytes so far (header and rows)."""
+        return {"updates.csv": self.updates_log.sha256(), "metrics.csv": self.metrics_log.sha256()}
 
     def on_update(self, row: UpdateRow) -> None:
         self.updates_log.write([_fmt(v) for v in row])
@@ -159,8 +184,8 @@ class RunWriter(Sink):
         self.metrics_log.close()
 
 
-def csv_prefix_size(path: Path, fields: tuple[str, ...], rows: int) -> int:
-    """Bytes of ``path``'s header and first ``rows`` data rows (the part a checkpoint saw).
+def csv_prefix(path: Path, fields: tuple[str, ...], rows: int) -> bytes:
+    """``path``'s header and first ``rows`` data rows (the part a checkpoint saw), as bytes.
     Raises RunDirError for a missing file, another header, or fewer complete rows."""
     try:
         data = path.read_bytes()
@@ -171,9 +196,9 @@ def csv_prefix_size(path: Path, fields: tuple[str, ...], rows: int) -> int:
     if lines[0] != header:
         raise RunDirError(f"{path}: the header is not {header.decode()!r}; not a run directory of this asyncfl version")
     complete = len(lines) - 2  # data rows ending in a newline (the part after the last one is cut)
-    if complete < rows:
+    if rows < 0 or complete < rows:
         raise RunDirError(f"{path}: {max(complete, 0)} complete rows, but the checkpoint was taken after {rows}; the run directory is damaged")
-    return sum(len(line) + 1 for line in lines[: rows + 1])
+    return data[: sum(len(line) + 1 for line in lines[: rows + 1])]
 
 
 def truncate(path: Path, size: int) -> None:

@@ -22,12 +22,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from asyncfl.run import checkpoint, bias_report as run_bias, rundir
 from asyncfl.config import scenario as scenario_mod
-from asyncfl.run.checkpoint import CHECKPOINT_NAME
-from asyncfl.sim.engine import UPDATE_FIELDS, Simulation, StepEvent
-from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.config.scenario import Scenario
+from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
+from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
+from asyncfl.run import bias_report, checkpoint, rundir
+from asyncfl.run.checkpoint import CHECKPOINT_NAME
+from asyncfl.sim.engine import Simulation
 
 
 class AlreadyCompleted(RunDirError):
@@ -51,7 +52,7 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
     writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
     summary = {**sim.summary(), "status": status, **(extra or {})}
     writer.write_summary(summary)
-    run_bias.finish_hook(sim, writer.path)
+    bias_report.finish_hook(sim, writer.path)
     return summary
 
 
@@ -114,8 +115,10 @@ async def _drive(
 
 
 def save_checkpoint(sim: Simulation, writer: rundir.RunWriter) -> None:
-    """``checkpoint.pt`` with the CSV row counts (written after the rows it counts)."""
-    checkpoint.save(sim, writer.path / CHECKPOINT_NAME, extra={"csv_rows": writer.rows()})
+    """``checkpoint.pt``: the simulation's state and the CSV files' row counts and digests
+    (written after the rows it counts)."""
+    run_dir = {"csv_rows": writer.rows(), "csv_sha256": writer.digests()}
+    checkpoint.save(writer.path / CHECKPOINT_NAME, sim.scenario, sim.state(), run_dir)
 
 
 def run_to_dir_blocking(scenario: Scenario, out: str | Path, **kwargs: Any) -> dict[str, Any]:
@@ -135,11 +138,11 @@ class ResumePlan:
     path: Path
     scenario: Scenario
     status: str | None
-    checkpoint: dict[str, Any] | None
+    checkpoint: checkpoint.Checkpoint | None
 
     @property
     def step(self) -> int:
-        return 0 if self.checkpoint is None else int(self.checkpoint["sim"]["version"]) - 1
+        return 0 if self.checkpoint is None else self.checkpoint.step
 
 
 def inspect_run_dir(path: str | Path) -> ResumePlan:
@@ -171,7 +174,7 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
     state = None
     if status not in ("completed", "diverged", "stalled") and (path / CHECKPOINT_NAME).exists():
         state = checkpoint.read(path / CHECKPOINT_NAME)
-        if state.get("scenario") != scenario.to_toml():
+        if state.scenario_toml != scenario.to_toml():
             raise CheckpointError(f"{path / CHECKPOINT_NAME}: written for another scenario than {toml_path} (edited after the run started?)")
     return ResumePlan(path, scenario, status, state)
 
@@ -196,24 +199,30 @@ async def resume_dir(
     if plan.status in ("diverged", "stalled"):
         raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
     kwargs = simulation_kwargs or {}
-    _remove_temporaries(plan.path)
     if plan.checkpoint is None:
+        _remove_temporaries(plan.path)
         for name in OUTPUTS:
             (plan.path / name).unlink(missing_ok=True)
         writer = rundir.RunWriter(plan.path)
         sim = Simulation(plan.scenario, sink=writer, **kwargs)
         return await _drive(sim, writer, on_event, should_stop)
-    rows = checkpoint.extra_of(plan.checkpoint).get("csv_rows", {})
-    try:
-        sim = Simulation(plan.scenario, **kwargs)
-        checkpoint.load_state(sim, plan.checkpoint)
-    except (KeyError, TypeError) as exc:
-        raise CheckpointError(f"{plan.path / CHECKPOINT_NAME}: incomplete checkpoint ({exc})") from None
-    csvs = [(plan.path / "updates.csv", UPDATE_FIELDS), (plan.path / "metrics.csv", rundir.METRIC_FIELDS)]
-    sizes = [rundir.csv_prefix_size(p, fields, int(rows[p.name])) for p, fields in csvs]  # check both first
-    for (p, _), size in zip(csvs, sizes):
-        rundir.truncate(p, size)
-    writer = rundir.RunWriter(plan.path, append=True, rows=rows)
+    ck = plan.checkpoint
+    sim = Simulation(plan.scenario, **kwargs)
+    problems = checkpoint.validate(ck, sim.state(), plan.scenario)
+    prefixes: dict[str, bytes] = {}
+    if not problems:  # both CSV files checked before either is cut
+        fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": METRIC_FIELDS}
+        for name in fields:
+            prefixes[name] = rundir.csv_prefix(plan.path / name, fields[name], ck.csv_rows[name])
+        problems = checkpoint.file_problems(ck, {name: lambda rows, name=name: prefixes[name] for name in fields})
+    if problems:
+        listed = "\n".join(f"  - {p}" for p in problems)
+        raise CheckpointError(f"{ck.path}: does not fit {plan.path / 'scenario.toml'} and its run directory; nothing was changed:\n{listed}")
+    sim.restore(ck.state)
+    _remove_temporaries(plan.path)
+    for name, prefix in prefixes.items():
+        rundir.truncate(plan.path / name, len(prefix))
+    writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes)
     sim.sink = writer
     return await _drive(sim, writer, on_event, should_stop)
 

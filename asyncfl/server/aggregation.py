@@ -1,5 +1,5 @@
 """Buffered aggregation: from the C buffered client updates to the one aggregate the server
-rule is allowed to see (DESIGN.md §3, §5; STYLE: pfl postprocessors).
+rule is allowed to see (docs/protocol.md, §5; STYLE: pfl postprocessors).
 
 The server rule receives an :class:`Aggregate` and nothing else: ``r_t`` and the row of ``W``
 that a real server could know. Without privacy that row is exact; with privacy it is the noisy
@@ -16,29 +16,34 @@ import torch
 
 
 class ClientUpdate(NamedTuple):
-    """One accepted upload: pseudo-gradient ``Δ_k = θ_s − θ_k^local`` of a client trained on
-    model version ``s``, consumed by step ``t`` with staleness ``τ = t − s``."""
+    """One accepted upload of a client trained on model version ``s``, consumed by step ``t``
+    with staleness ``τ = t − s``. ``message`` is what the algorithm's client sent: the
+    pseudo-gradient ``Δ_k = θ_s − θ_k^local`` for FedAvg/FedBuff, a splitting baseline's new
+    client memory for FedSplit/FedDR/FedPD."""
 
     client: int
     version: int
     staleness: int
-    delta: torch.Tensor
+    message: torch.Tensor
 
 
 class Aggregate(NamedTuple):
     """What the server rule sees at step ``t``.
 
     ``r`` is ``r_t``; ``weights[τ]`` is ``W[t, t−τ]`` (indexed by staleness, length ``L``),
-    exact or estimated.
+    exact or estimated. ``raw_counts``: with privacy, the noisy staleness counts ``ĉ_τ`` as
+    decoded from the noisy sum, before post-processing (recorded as ``private_by_staleness``);
+    ``None`` without privacy.
     """
 
     step: int
     r: torch.Tensor
     weights: np.ndarray
+    raw_counts: np.ndarray | None = None
 
 
 def staleness_weight(tau: np.ndarray | int, exponent: float) -> np.ndarray | float:
-    """``w(τ) = (τ + 1)^(−p)`` (DESIGN §3)."""
+    """``w(τ) = (τ + 1)^(−p)`` (docs/protocol.md)."""
     return (np.asarray(tau, dtype=np.float64) + 1.0) ** (-exponent)
 
 
@@ -89,5 +94,5 @@ class ExactAggregator:
         length = self.num_staleness or int(taus.max(initial=0)) + 1
         counts = np.bincount(taus, minlength=length)
         w = staleness_weight(taus, self.exponent)
-        r = weighted_sum(w, [u.delta for u in updates]).div_(len(updates))
+        r = weighted_sum(w, [u.message for u in updates]).div_(len(updates))
         return Aggregate(step=step, r=r, weights=weight_row(counts, len(updates), self.exponent))

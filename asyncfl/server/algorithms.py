@@ -1,4 +1,4 @@
-"""What a dispatched client trains and what the server does with the uploads (DESIGN.md §3–6).
+"""What a dispatched client trains and what the server does with the uploads (docs/architecture.md §2, docs/baselines.md).
 
 An :class:`Algorithm` has three pure-ish parts around the simulator's clock:
 
@@ -18,14 +18,18 @@ and the server rule moves ``θ_{t+1} = θ_t − η m_t``. The splitting and prim
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
 import torch
 
+from asyncfl.compute.training import LocalJob
 from asyncfl.server.aggregation import Aggregator, ClientUpdate
 from asyncfl.server.rules import ServerRule, apply
-from asyncfl.compute.training import LocalJob
+
+if TYPE_CHECKING:
+    from asyncfl.config.scenario import Scenario
+    from asyncfl.tasks.base import Task
 
 
 class StepInfo(NamedTuple):
@@ -35,23 +39,56 @@ class StepInfo(NamedTuple):
     private_counts: np.ndarray | None = None  # raw noisy staleness counts ĉ_τ, with privacy
 
 
+class ServerStreams(NamedTuple):
+    """The random streams a server step may draw from: ``noise`` (the aggregator's privacy
+    noise) and ``algorithm`` (the algorithm's own coins, e.g. FedPD's skip)."""
+
+    noise: np.random.Generator
+    algorithm: np.random.Generator
+
+
 class Algorithm(Protocol):
-    def init(self, theta: torch.Tensor) -> Any: ...
+    """What a dispatched client trains and what the server does with the uploads
+    (docs/architecture.md §2). Implementations subclass it explicitly, so that the optional
+    capabilities below come with their default implementation."""
 
-    def make_job(self, client: int, theta: torch.Tensor, seed: int, state: Any) -> LocalJob: ...
+    def init(self, theta: torch.Tensor) -> Any:
+        """The algorithm's state at the start: declared data (NamedTuples of tensors), which a
+        checkpoint stores as it is."""
+        ...
 
-    def client_message(self, job: LocalJob, local: torch.Tensor, state: Any) -> torch.Tensor: ...
+    def make_job(self, client: int, theta: torch.Tensor, seed: int, state: Any) -> LocalJob:
+        """The local job of ``client``, which receives model ``theta``."""
+        ...
+
+    def client_message(self, job: LocalJob, local: torch.Tensor, state: Any) -> torch.Tensor:
+        """What the client uploads after training to ``local`` (a pure function of the job and
+        the local model, so that a retried or relocated job cannot apply twice)."""
+        ...
 
     def server_update(
-        self, theta: torch.Tensor, step: int, updates: Sequence[ClientUpdate], state: Any, rng: np.random.Generator
-    ) -> tuple[torch.Tensor, Any, StepInfo]: ...
+        self, theta: torch.Tensor, step: int, updates: Sequence[ClientUpdate], state: Any, streams: ServerStreams
+    ) -> tuple[torch.Tensor, Any, StepInfo]:
+        """The new model and state from the accepted uploads of one step."""
+        ...
+
+    # -- optional capabilities, with their defaults --------------------------------------------
+    def client_messages(self, jobs: Sequence[LocalJob], locals_: Sequence[torch.Tensor],
+                        state: Any) -> torch.Tensor | list[torch.Tensor]:
+        """:meth:`client_message` for many uploads at once: a list, or one tensor whose rows are
+        the messages. Default: one call per upload."""
+        return [self.client_message(job, local, state) for job, local in zip(jobs, locals_)]
+
+    def summary(self, state: Any) -> dict[str, Any]:
+        """Sections the algorithm adds to ``summary.json``. Default: none."""
+        return {}
 
 
 class PseudoGradientState(NamedTuple):
     rule: Any
 
 
-class PseudoGradient:
+class PseudoGradient(Algorithm):
     """Clients return ``Δ_k = θ_s − θ_k^local`` after minimising ``f_k + (μ/2)‖θ − θ_s‖²``
     (μ = 0: FedAvg; μ > 0: FedProx); the server applies its rule to the aggregate."""
 
@@ -73,7 +110,7 @@ class PseudoGradient:
         tensor whose rows are the messages (the per-upload op overhead was ~4 µs an update with
         the batched executor, and the simulator screens the block without stacking it again)."""
         if len(jobs) < 2 or any(l.shape != j.start.shape for j, l in zip(jobs, locals_)):
-            return [self.client_message(j, l, state) for j, l in zip(jobs, locals_)]
+            return super().client_messages(jobs, locals_, state)
         return torch.stack([j.start for j in jobs]) - torch.stack(list(locals_))
 
     def server_update(
@@ -82,12 +119,15 @@ class PseudoGradient:
         step: int,
         updates: Sequence[ClientUpdate],
         state: PseudoGradientState,
-        rng: np.random.Generator,
+        streams: ServerStreams,
     ) -> tuple[torch.Tensor, PseudoGradientState, StepInfo]:
-        aggregate = self.aggregator.aggregate(step, updates, rng)
+        aggregate = self.aggregator.aggregate(step, updates, streams.noise)
         out = self.rule.direction(aggregate, state.rule)
-        info = StepInfo(
-            coefficients=out.coefficients,
-            private_counts=getattr(self.aggregator, "last_raw_counts", None),
-        )
+        info = StepInfo(coefficients=out.coefficients, private_counts=aggregate.raw_counts)
         return apply(theta, out.direction, self.lr), PseudoGradientState(out.state), info
+
+
+def build_pseudo_gradient(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> PseudoGradient:
+    """FedAvg (``client.mu`` = 0) or FedProx (``mu > 0``): ``rule`` on ``aggregator``'s
+    aggregate, server learning rate ``server.lr`` (docs/baselines.md §1)."""
+    return PseudoGradient(aggregator, rule, scenario.server.lr, scenario.client.mu)

@@ -1,4 +1,4 @@
-"""Implicit momentum bias and noise amplification of a recorded run (DESIGN.md §4; paper
+"""Implicit momentum bias and noise amplification of a recorded run (docs/server-rules.md; paper
 Figure 2).
 
 For a recorded ``W`` (from the counts ``C_{t,s}``) and a target ``M``, a rule that weights the
@@ -51,7 +51,7 @@ def bias_report(
     used_full: np.ndarray | Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """Bias and amplification of no momentum, naive momentum, MA-full and MA-light on the exact
-    ``W = weight_matrix(by_staleness, exponent, buffer)`` (DESIGN §3–4).
+    ``W = weight_matrix(by_staleness, exponent, buffer)`` (docs/protocol.md §7, docs/server-rules.md).
 
     ``used_full`` (the ``a_t`` the MA-full rule used) and ``used_light`` (its ``(u_t, v_t)``)
     replace the offline coefficients when given — with privacy the rules solved on a noisy

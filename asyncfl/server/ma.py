@@ -1,8 +1,8 @@
 """Momentum approximation (MA): choose the weights ``a_t`` of the history of aggregates so that
 the effective weights ``A W`` on the clients' gradients match the intended momentum weights
-``M`` (DESIGN.md §4; paper: ``shared/seeds/003_*.txt``, Eq. 9–15).
+``M`` (docs/server-rules.md; the method of *Momentum Approximation in Asynchronous Private Federated Learning*, Zhang et al., 2024, Eq. 9–15).
 
-Indexing. The math of DESIGN §3–4 is 1-based (steps ``t, s = 1, …, T``). Arrays here are
+Indexing. The math of docs/protocol.md §7, docs/server-rules.md is 1-based (steps ``t, s = 1, …, T``). Arrays here are
 0-based: ``W[t-1, s-1]`` is ``W[t, s]`` and ``a[s-1]`` is ``a_t[s]``. A *row* of step ``t``
 always has length ``t`` (columns ``s = 1..t``).
 
@@ -85,7 +85,7 @@ def _target_weights(kind: str, beta: float, lag: np.ndarray) -> np.ndarray:
 
 
 def target_matrix(kind: TargetKind, beta: float, T: int) -> np.ndarray:
-    """The T×T lower-triangular target ``M`` (DESIGN §4), 0-based ``M[t-1, s-1]``.
+    """The T×T lower-triangular target ``M`` (docs/server-rules.md), 0-based ``M[t-1, s-1]``.
 
     momentum: ``M[t,s] = β^(t−s)``; nesterov: ``M[t,t] = 1+β`` and ``M[t,s] = β^(t−s+1)`` for
     ``s < t``; ``M[t,s] = 0`` for ``s > t``.
@@ -115,7 +115,7 @@ def _diagonal_is_safe(W: np.ndarray) -> bool:
 
 
 def ma_full_coefficients(W: np.ndarray, m_row: np.ndarray, ridge: float) -> np.ndarray:
-    """``a = argmin_a ‖aᵀ W − m‖² + λ‖a‖²`` (DESIGN §4, MA-full).
+    """``a = argmin_a ‖aᵀ W − m‖² + λ‖a‖²`` (docs/server-rules.md, MA-full).
 
     ``W`` is the ``n×c`` block of rows of ``W`` that ``a`` weights (``W_{1:t,1:t}``, lower
     triangular, in the unwindowed case) and ``m`` the matching part of ``M[t,:]``.
@@ -274,7 +274,7 @@ def coefficient_matrix_full(
 # ----------------------------------------------------------------------------------------------
 # MA-light
 def ma_light_coefficients(w_row: np.ndarray, b_prev: np.ndarray, m_row: np.ndarray) -> tuple[float, float]:
-    """``(u, v) = argmin ‖u W[t,:] + v b_{t−1} − M[t,:]‖²`` (DESIGN §4, MA-light; paper Eq. 13).
+    """``(u, v) = argmin ‖u W[t,:] + v b_{t−1} − M[t,:]‖²`` (docs/server-rules.md, MA-light; paper Eq. 13).
 
     ``w_row = W[t, 1..t]`` and ``m_row = M[t, 1..t]`` have length ``t``; ``b_prev = b_{t−1}``
     has length ``t−1`` (empty at ``t = 1``) and is padded with a 0 for column ``t``.
@@ -353,7 +353,7 @@ def _light_buffer(w_row: np.ndarray, b_prev: np.ndarray, u: float, v: float) -> 
 def light_matrix_from_uv(
     uv: np.ndarray | Sequence[Sequence[float]], kind: TargetKind = "momentum", beta: float = 0.0
 ) -> np.ndarray:
-    """``A`` that MA-light uses, from its pairs ``(u_t, v_t)`` (DESIGN §4).
+    """``A`` that MA-light uses, from its pairs ``(u_t, v_t)`` (docs/server-rules.md).
 
     The recursion gives ``Ã`` with rows ``ã_t = u_t e_t + v_t ã_{t−1}``, ``ã_0 = 0`` (the weights
     of the buffer ``h̃_t = u_t r_t + v_t h̃_{t−1}``). ``momentum``: ``A = Ã``; ``nesterov``:
@@ -375,7 +375,7 @@ def coefficient_matrix_light(W: np.ndarray, kind: TargetKind, beta: float) -> np
 
 
 # ----------------------------------------------------------------------------------------------
-# measures (DESIGN §4: implicit momentum bias and noise amplification)
+# measures (docs/server-rules.md: implicit momentum bias and noise amplification)
 def relative_bias(A: np.ndarray, W: np.ndarray, M: np.ndarray) -> float:
     """``‖A W − M‖_F / ‖M‖_F``."""
     return float(np.linalg.norm(A @ W - M) / np.linalg.norm(M))
@@ -448,9 +448,12 @@ class MAFull(_MARule):
     Per step: ``O(n·d)`` for ``m_t`` (``n = min(L, t)``) plus ``O(t²)`` (incremental) or ``O(L³)``
     (windowed) for ``a_t``; memory ``O(n·d + t²)`` (``O(L·d + L²)`` with a window).
 
-    The buffers are written in place (no copy of the history per step). States are threaded
-    linearly by the engine; a state used again (the same step run twice, a reloaded checkpoint)
-    copies its buffers first, and raises when a ring slot it needs has been overwritten."""
+    The buffers are written in place (no copy of the history per step: ``in_place_state``, see
+    ``asyncfl.server.rules.ServerRule``). States are threaded linearly by the engine; a state
+    used again (the same step run twice, a reloaded checkpoint) copies its buffers first, and
+    raises when a ring slot it needs has been overwritten."""
+
+    in_place_state = True
 
     def __init__(self, beta: float, target: TargetKind = "momentum", ridge: float = 1e-3, window: int | None = None) -> None:
         super().__init__(beta, target)
@@ -543,7 +546,7 @@ class MALightState(NamedTuple):
 
 
 class MALight(_MARule):
-    """MA-light (DESIGN §4): one model-sized buffer ``h̃_t = u_t r_t + v_t h̃_{t−1}``, like momentum,
+    """MA-light (docs/server-rules.md): one model-sized buffer ``h̃_t = u_t r_t + v_t h̃_{t−1}``, like momentum,
     with ``(u_t, v_t)`` from :func:`ma_light_coefficients` fitted to the heavy-ball row
     ``M_mom[t,:]`` (:func:`light_fit_kind`).
 

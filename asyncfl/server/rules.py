@@ -1,24 +1,23 @@
-"""Server update rules as explicit-state transformations (DESIGN.md §4; STYLE: optax).
+"""Server update rules as explicit-state transformations (docs/server-rules.md; STYLE: optax).
 
 Every rule is a pair of pure functions: ``init(theta) -> state`` and
 ``direction(aggregate, state) -> RuleOutput(m_t, new_state, coefficients)``. The step
 ``θ_{t+1} = θ_t − η m_t`` is :func:`apply` and is the same for all rules. States are
 NamedTuples of tensors and numbers, so a checkpoint is just that data.
 
-Rules are registered by name in :data:`RULES`; entries given as ``"module:Class"`` strings are
-imported on first use.
+Rules are registered by name in :data:`asyncfl.config.registries.RULES` (docs/server-rules.md);
+every registered class has ``from_config(server)``, which reads its hyper-parameters from the
+``[server]`` section; :func:`asyncfl.server.compose.make_rule` builds the one a scenario names.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
 from asyncfl.server.aggregation import Aggregate
-from asyncfl.errors import ScenarioError
 
 
 class RuleOutput(NamedTuple):
@@ -31,6 +30,16 @@ class RuleOutput(NamedTuple):
 
 
 class ServerRule(Protocol):
+    """``init(θ) -> state`` and ``direction(aggregate, state) -> RuleOutput`` (docs/server-rules.md §1).
+
+    ``in_place_state``: False for a pure rule (``direction`` never writes into the state it is
+    given). A rule that keeps a large buffer may write into it in place for speed and declare
+    True; it must then never let an old state be silently reused: ``direction`` on a state that
+    a later step has written to copies the buffers first, or raises when the data it needs is
+    gone (MA-full with a window, see ``asyncfl.server.ma.MAFull``)."""
+
+    in_place_state: ClassVar[bool] = False
+
     def init(self, theta: torch.Tensor) -> Any: ...
 
     def direction(self, aggregate: Aggregate, state: Any) -> RuleOutput: ...
@@ -47,6 +56,10 @@ class EmptyState(NamedTuple):
 
 class SGD:
     """``m_t = r_t``; target ``M = I``."""
+
+    @classmethod
+    def from_config(cls, server: Any) -> "SGD":
+        return cls()
 
     def init(self, theta: torch.Tensor) -> EmptyState:
         return EmptyState()
@@ -67,6 +80,10 @@ class Momentum:
     def __init__(self, beta: float) -> None:
         self.beta = beta
 
+    @classmethod
+    def from_config(cls, server: Any) -> "Momentum":
+        return cls(server.beta)
+
     def init(self, theta: torch.Tensor) -> TraceState:
         return TraceState(torch.zeros_like(theta), False)
 
@@ -82,6 +99,10 @@ class Nesterov:
 
     def __init__(self, beta: float) -> None:
         self.beta = beta
+
+    @classmethod
+    def from_config(cls, server: Any) -> "Nesterov":
+        return cls(server.beta)
 
     def init(self, theta: torch.Tensor) -> TraceState:
         return TraceState(torch.zeros_like(theta), False)
@@ -104,6 +125,10 @@ class Adam:
     def __init__(self, beta1: float, beta2: float, eps: float) -> None:
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
 
+    @classmethod
+    def from_config(cls, server: Any) -> "Adam":
+        return cls(server.beta, server.adam_beta2, server.adam_eps)
+
     def init(self, theta: torch.Tensor) -> AdamState:
         return AdamState(0, torch.zeros_like(theta), torch.zeros_like(theta))
 
@@ -115,24 +140,3 @@ class Adam:
         mu_hat = mu / (1 - self.beta1**count)
         denom = (nu / (1 - self.beta2**count)).sqrt() + self.eps
         return RuleOutput(mu_hat / denom, AdamState(count, mu, nu))
-
-
-RULES: dict[str, Any] = {
-    "sgd": lambda server: SGD(),
-    "momentum": lambda server: Momentum(server.beta),
-    "nesterov": lambda server: Nesterov(server.beta),
-    "adam": lambda server: Adam(server.beta, server.adam_beta2, server.adam_eps),
-    "ma-full": "asyncfl.server.ma:MAFull",
-    "ma-light": "asyncfl.server.ma:MALight",
-}
-
-
-def make_rule(server: Any) -> ServerRule:
-    """The rule named by ``server.rule``, configured from the ``[server]`` section."""
-    entry = RULES.get(server.rule)
-    if entry is None:
-        raise ScenarioError([f"server.rule = {server.rule!r}: unknown rule. Allowed: {', '.join(RULES)}"])
-    if isinstance(entry, str):
-        module, _, cls = entry.partition(":")
-        return getattr(importlib.import_module(module), cls).from_config(server)
-    return entry(server)

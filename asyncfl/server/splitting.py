@@ -1,4 +1,4 @@
-"""Synchronous splitting and primal-dual baselines: FedSplit, FedDR, FedPD (DESIGN.md §6).
+"""Synchronous splitting and primal-dual baselines: FedSplit, FedDR, FedPD (docs/baselines.md).
 
 FedAvg and FedProx are :class:`~asyncfl.server.algorithms.PseudoGradient`; the three algorithms here
 share one mechanism, :class:`PersistentClients`, and differ only in four small pieces of math
@@ -12,7 +12,7 @@ data. All clients are initialised alike from ``θ_1``.
 **One round** (``SyncProtocol``: the sampled cohort ``S``; its accepted uploads):
 
 1. ``make_job``: the client's local problem ``min f_k + (μ/2)‖θ − centre‖²`` (``μ = 1/s``),
-   warm-started at the client's *previous local output* (DESIGN §6), not at the centre;
+   warm-started at the client's *previous local output* (docs/baselines.md), not at the centre;
 2. ``client_message``: the client's math on its trained model; the message is the client's
    **new memory** stacked ``[len(memory), d]`` (a pure function of the job and the local model,
    so an executor or a retry cannot apply it twice);
@@ -24,7 +24,7 @@ data. All clients are initialised alike from ``θ_1``.
 
 **Partial participation.** The server averages its table of the latest upload of every client,
 not the cohort's uploads: unsampled clients contribute what they last sent. This is FedDR's
-``θ̃ = (1/K) Σ_k θ̂_k`` (DESIGN §6; seed 000's ``θ̃ ← θ̃ + (1/K) Σ_{k∈S} Δθ̂_k`` is the same number
+``θ̃ = (1/K) Σ_k θ̂_k`` (docs/baselines.md; the FedDR pseudo-code's ``θ̃ ← θ̃ + (1/K) Σ_{k∈S} Δθ̂_k`` is the same number
 kept incrementally), and it is what keeps the fixed point correct for FedSplit and FedPD too: at a
 fixed point every stored ``z_k`` (resp. ``θ_k + sλ_k``) is consistent with the same ``θ``, and the
 mean over all ``K`` is the optimality condition ``Σ_k ∇f_k(θ) = 0``. Averaging only the cohort's
@@ -35,16 +35,19 @@ table is the cohort's uploads and each algorithm is exactly its seed pseudo-code
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
-from asyncfl.server.aggregation import ClientUpdate
-from asyncfl.server.algorithms import Algorithm, StepInfo
-from asyncfl.config.scenario import Scenario
-from asyncfl.tasks.base import Task
 from asyncfl.compute.training import LocalJob
+from asyncfl.server.aggregation import Aggregator, ClientUpdate
+from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
+from asyncfl.server.rules import ServerRule
+
+if TYPE_CHECKING:
+    from asyncfl.config.scenario import Scenario
+    from asyncfl.tasks.base import Task
 
 Memory = dict[str, torch.Tensor]
 
@@ -59,7 +62,7 @@ class ClientJob(LocalJob):
 
 
 class BaselineState(NamedTuple):
-    """Algorithm state as data (DESIGN §2): client memory, the server's table and counters.
+    """Algorithm state as data (docs/architecture.md §2): client memory, the server's table and counters.
 
     ``clients[name]``: ``[K, d]``, row ``k`` = client ``k``'s vector ``name``;
     ``table``: ``[K, d]``, the latest upload the server received from each client;
@@ -75,7 +78,7 @@ class BaselineState(NamedTuple):
     communications: int
 
 
-class PersistentClients:
+class PersistentClients(Algorithm):
     """The shared mechanism (see the module docstring). Subclasses define:
 
     * ``memory`` — names of the client's persistent vectors, and ``init_memory(θ_1)``;
@@ -150,7 +153,7 @@ class PersistentClients:
         step: int,
         updates: Sequence[ClientUpdate],
         state: BaselineState,
-        rng: np.random.Generator,
+        streams: ServerStreams,
     ) -> tuple[torch.Tensor, BaselineState, StepInfo]:
         clients = {name: rows.clone() for name, rows in state.clients.items()}
         senders: list[int] = []
@@ -158,10 +161,10 @@ class PersistentClients:
             if update.client in senders:
                 raise ValueError(f"client {update.client} uploaded twice in step {step}")
             senders.append(update.client)
-            for name, row in zip(self.memory, update.delta.unbind(0)):
+            for name, row in zip(self.memory, update.message.unbind(0)):
                 clients[name][update.client] = row
         table, server = state.table, state.server
-        communicate = self.communicates(rng)
+        communicate = self.communicates(streams.algorithm)
         if communicate:
             table = table.clone()
             for k in senders:
@@ -173,13 +176,13 @@ class PersistentClients:
 
 
 class FedSplit(PersistentClients):
-    """FedSplit (Peaceman–Rachford; DESIGN §6, seed 000). Client memory ``z_k`` (initialised to
+    """FedSplit (Peaceman–Rachford; docs/baselines.md §3). Client memory ``z_k`` (initialised to
     ``θ_1``) and ``x_k`` (the last local output, the warm start):
 
     ``x_k = prox_{f_k,μ}(2θ − z_k)``, ``z_k ← z_k + 2(x_k − θ)``, upload ``z_k``;
     server ``θ = (1/K) Σ_k z_k`` over all K clients (the latest ``z_k`` of each).
 
-    ``z_k`` is never reset to ``θ`` (seed 000's ``θ_k ← θ`` is the initialisation only).
+    ``z_k`` is never reset to ``θ`` (the FedSplit pseudo-code's ``θ_k ← θ`` is the initialisation only).
     """
 
     memory = ("z", "x")
@@ -211,7 +214,7 @@ def prox_regularizer(kind: str, reg: float, v: torch.Tensor, step: float) -> tor
 
 
 class FedDR(PersistentClients):
-    """FedDR (Douglas–Rachford; DESIGN §6, seed 000 eq. (11) and pseudo-code), minimising
+    """FedDR (Douglas–Rachford; docs/baselines.md §4), minimising
     ``F(θ) = (1/K) Σ_k f_k(θ) + g(θ)``. Client memory ``ω_k`` and ``x_k`` (= the seed's ``θ_k``,
     the last local output and warm start); server block ``ω``:
 
@@ -259,7 +262,7 @@ class FedDR(PersistentClients):
 
 
 class FedPD(PersistentClients):
-    """FedPD (primal-dual; DESIGN §6, seed 002), ``s = 1/μ``. Client memory ``λ_k`` (initial 0),
+    """FedPD (primal-dual; docs/baselines.md §5), ``s = 1/μ``. Client memory ``λ_k`` (initial 0),
     ``c_k = θ_{k,0}`` (the local problem's anchor, initial ``θ_1``) and ``x_k`` (the last local
     output, the warm start):
 
@@ -268,19 +271,19 @@ class FedPD(PersistentClients):
     then with probability ``1 − p`` the round communicates: clients upload ``c_k``, the server
     sets ``θ = (1/K) Σ_k c_k`` (its table over all K) and broadcasts, ``c_k ← θ`` for every
     client; with probability ``p`` (``server.skip_probability``) the round is skipped: no upload,
-    ``θ`` unchanged, clients keep their own ``c_k``. The coin uses the ``rng`` the simulator
-    passes to ``server_update``, so it is seeded; ``BaselineState.communications`` counts the
-    rounds that communicated.
+    ``θ`` unchanged, clients keep their own ``c_k``. The coin is drawn from the run's
+    ``algorithm`` stream (``ServerStreams.algorithm``), so it is seeded and independent of the
+    privacy noise; ``BaselineState.communications`` counts the rounds that communicated.
 
     In the simulator a skipped round still takes the cohort's latency on the virtual clock: the
     local work happens, only the exchange is skipped.
 
-    Fixed points: with ``p = 0`` and exact solves FedPD converges to the pooled ``θ*`` (DESIGN
-    §6). With ``p > 0`` it does not, in general: an exact local solve gives
+    Fixed points: with ``p = 0`` and exact solves FedPD converges to the pooled ``θ*``
+    (docs/baselines.md §7). With ``p > 0`` it does not, in general: an exact local solve gives
     ``λ_k = −∇f_k(x_k)`` after every client step, so a skipped round is the proximal-point step
     ``x_k ← prox_{f_k,μ}(x_k)`` on the client's own ``f_k`` (drift towards its own optimum); even
-    from ``θ*`` a skip leaves ``c_k = θ* + sλ_k ≠ θ*``. Seed 002's accuracy–skipping trade-off
-    (its eq. (6)) is this neighbourhood.
+    from ``θ*`` a skip leaves ``c_k = θ* + sλ_k ≠ θ*``. FedPD's accuracy–skipping trade-off
+    (Zhang et al., 2021) is this neighbourhood.
     """
 
     memory = ("lam", "c", "x")
@@ -314,18 +317,19 @@ class FedPD(PersistentClients):
         return {**clients, "c": theta.expand_as(clients["c"]).clone()}
 
 
-def make_algorithm(scenario: Scenario, task: Task) -> Algorithm:
-    """The algorithm named by ``server.algorithm`` for ``fedsplit`` | ``feddr`` | ``fedpd``
-    (``fedavg``/``fedprox`` are :class:`~asyncfl.server.algorithms.PseudoGradient`, built by
-    :func:`asyncfl.sim.engine.default_algorithm`)."""
-    server, mu, K = scenario.server, scenario.client.mu, task.num_clients
-    if server.algorithm == "fedsplit":
-        return FedSplit(K, mu)
-    if server.algorithm == "feddr":
-        return FedDR(K, mu, server.alpha, server.regularizer, server.reg)
-    if server.algorithm == "fedpd":
-        return FedPD(K, mu, server.skip_probability)
-    raise ValueError(
-        f"server.algorithm = {server.algorithm!r}: not a splitting/primal-dual baseline "
-        "(known here: fedsplit, feddr, fedpd; fedavg and fedprox are PseudoGradient)"
-    )
+def build_fedsplit(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedSplit:
+    """FedSplit over the task's clients, ``μ = client.mu``. The splitting baselines take their
+    server step from their own math on the table of every client's latest upload: ``aggregator``
+    and ``rule`` are not used (the same holds for FedDR and FedPD)."""
+    return FedSplit(task.num_clients, scenario.client.mu)
+
+
+def build_feddr(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedDR:
+    """FedDR with ``server.alpha`` and the server regulariser ``server.regularizer`` / ``reg``."""
+    server = scenario.server
+    return FedDR(task.num_clients, scenario.client.mu, server.alpha, server.regularizer, server.reg)
+
+
+def build_fedpd(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedPD:
+    """FedPD with skip probability ``server.skip_probability``."""
+    return FedPD(task.num_clients, scenario.client.mu, scenario.server.skip_probability)

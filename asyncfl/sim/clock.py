@@ -1,4 +1,4 @@
-"""The virtual clock's two primitives (DESIGN.md §2 principle 1): an absolute timeout and a
+"""The virtual clock's two primitives (docs/architecture.md §2 principle 1): an absolute timeout and a
 client's end of job on it."""
 
 from __future__ import annotations

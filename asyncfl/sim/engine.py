@@ -1,5 +1,5 @@
 """The simulator: simpy decides *when*, an executor decides *where*, the algorithm decides
-*what* (DESIGN.md §2–3).
+*what* (docs/architecture.md §2, docs/protocol.md).
 
 Every dispatched client waits its sampled latency on the virtual clock (one simpy timeout,
 see :class:`Arrival`) and then uploads. Its training job was submitted to the executor at dispatch and is awaited
@@ -7,7 +7,7 @@ only when the buffer flushes, so a run is an asyncio coroutine: :meth:`Simulatio
 async iterator of :class:`StepEvent` (what progress bars and notebooks consume) and
 :meth:`Simulation.run` drives it to the end (:func:`run_blocking` for scripts).
 
-Protocols (DESIGN §3):
+Protocols (docs/protocol.md):
 
 * **FedBuff** — ``K`` clients in flight; each arrival is buffered (or dropped when its
   staleness ``τ = t − s`` exceeds ``max_staleness``) and immediately replaced by a client that
@@ -27,51 +27,45 @@ that goes offline before its upload arrives drops it ("offline", counted in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, NamedTuple
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 import simpy
 import torch
 
+from asyncfl import privacy
 from asyncfl import rng as rngmod
-from asyncfl.server.aggregation import Aggregator, ClientUpdate, ExactAggregator
-from asyncfl.server.algorithms import Algorithm, PseudoGradient, StepInfo
-from asyncfl.errors import NumericalFault, RunInterrupted, SimulationStalled, TraceError
-from asyncfl.sim.clock import Arrival
-from asyncfl.compute.executors import Executor, make_executor
-from asyncfl.clients.fleet import Fleet, build_fleet
-from asyncfl.sim.protocols import FedBuffProtocol, SyncProtocol
-from asyncfl.server.rules import make_rule
-from asyncfl.config.scenario import Scenario
-from asyncfl.tensor_checks import all_finite, finite_rows
-from asyncfl.tasks.base import Task
+from asyncfl.clients.build import build_fleet
+from asyncfl.clients.fleet import Fleet
+from asyncfl.compute.compose import make_executor
+from asyncfl.compute.executors import Executor
 from asyncfl.compute.training import LocalJob
+from asyncfl.config.registries import PROTOCOLS
+from asyncfl.config.scenario import Scenario
+from asyncfl.errors import CheckpointError, NumericalFault, RunInterrupted, SimulationStalled, TraceError
+from asyncfl.records import MemorySink, Sink, StepEvent, UpdateRow
+from asyncfl.server.aggregation import Aggregator, ClientUpdate, ExactAggregator
+from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
+from asyncfl.server.compose import build_algorithm
+from asyncfl.sim.clock import Arrival
+from asyncfl.sim.protocols import FedBuffProtocol, SyncProtocol
+from asyncfl.sim.state import ClientState, Counters, Records, SimState
+from asyncfl.tasks import build_task
+from asyncfl.tasks.base import Task
+from asyncfl.tensor_checks import all_finite, finite_rows
 
 MAX_REJECTED_PER_STEP = 1000  # uploads rejected in a row (no step between) before the run stops
-UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason", "dispatch")
-
-
-class UpdateRow(NamedTuple):
-    """One row of ``updates.csv``: an upload that arrived (or a cancelled straggler)."""
-
-    client: int
-    version: int
-    step: int
-    dispatch_time: float
-    arrival_time: float
-    staleness: int
-    accepted: bool
-    reason: str  # "" when accepted; "stale", "late" (cancelled: arrival_time = when), "non-finite", "norm",
-    # "offline" (the client went offline while training: arrival_time = when)
-    dispatch: int  # the dispatch's sequence number (1, 2, …): trace replay restores this order
 
 
 @dataclass(slots=True)
 class InFlight:
-    """A dispatched client: what it trains on, when it will arrive, and its job's future."""
+    """A dispatched client: what it trains on, when it will arrive, and its job's future
+    (``arrival``: its end of job on the clock; ``interrupt()`` cancels it)."""
 
     seq: int
     client: int
@@ -80,7 +74,7 @@ class InFlight:
     arrival_time: float
     job: LocalJob
     future: "asyncio.Future[torch.Tensor]"
-    process: Any = None  # its Arrival on the clock (``interrupt()`` cancels it)
+    arrival: Arrival | None = None
     offline_time: float = math.inf  # the client goes offline then, if before arrival_time
 
     @property
@@ -92,70 +86,14 @@ class InFlight:
         """When its life on the clock ends: the upload, or going offline first."""
         return self.offline_time if self.goes_offline else self.arrival_time
 
-
-@dataclass
-class StepEvent:
-    """Emitted after every server step; ``metrics`` is set on evaluation steps."""
-
-    step: int
-    total_steps: int
-    time: float
-    wall_time: float
-    accepted: int
-    dropped: int
-    rejected: int
-    metrics: dict[str, float] | None = None
-
-
-class Sink:
-    """Receives the run's records; the default keeps them in memory (``asyncfl.run.rundir``
-    writes files)."""
-
-    def __init__(self) -> None:
-        self.updates: list[UpdateRow] = []
-        self.metrics: list[dict[str, float]] = []
-
-    def on_update(self, row: UpdateRow) -> None:
-        self.updates.append(row)
-
-    def on_metrics(self, row: dict[str, float]) -> None:
-        self.metrics.append(row)
-
-
-@dataclass
-class Counters:
-    accepted: int = 0
-    dropped_stale: int = 0
-    cancelled_late: int = 0
-    rejected_nonfinite: int = 0
-    rejected_norm: int = 0
-    dropped_offline: int = 0
-    dispatched: int = 0
-
-    @property
-    def rejected(self) -> int:
-        return self.rejected_nonfinite + self.rejected_norm
-
-
-@dataclass
-class Records:
-    """Per-step records kept for the run directory and the analyses."""
-
-    by_staleness: list[np.ndarray] = field(default_factory=list)
-    private_by_staleness: list[np.ndarray] = field(default_factory=list)
-    coefficients: list[np.ndarray] = field(default_factory=list)
-    step_times: list[float] = field(default_factory=list)
-
-
-def default_algorithm(scenario: Scenario, task: Task, aggregator: Aggregator | None = None) -> Algorithm:
-    server = scenario.server
-    if server.algorithm not in ("fedavg", "fedprox"):
-        from asyncfl.server.splitting import make_algorithm  # splitting / primal-dual (DESIGN §6)
-
-        return make_algorithm(scenario, task)
-    if aggregator is None:
-        aggregator = ExactAggregator(server.staleness_exponent, num_staleness(scenario))
-    return PseudoGradient(aggregator, make_rule(server), server.lr, scenario.client.mu)
+    def state(self, result: torch.Tensor | None = None) -> ClientState:
+        """Its declared state; the job's result is kept if the job had already finished
+        (``result``: the stored one of a restored client whose future is not yet remade)."""
+        fut = self.future
+        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+            result = fut.result().detach()
+        return ClientState(self.seq, self.client, self.version, self.dispatch_time, self.arrival_time,
+                           self.offline_time, self.job, result)
 
 
 def num_staleness(scenario: Scenario) -> int | None:
@@ -166,15 +104,20 @@ def num_staleness(scenario: Scenario) -> int | None:
     return None if ms is None else ms + 1
 
 
-def make_private_aggregator(scenario: Scenario) -> tuple[Any, Aggregator]:
+def make_private_aggregator(scenario: Scenario) -> tuple[privacy.PrivacySetup, Aggregator]:
     """``(PrivacySetup, PrivateAggregator)`` of a ``[privacy]`` run (σ calibrated here)."""
-    from asyncfl.privacy import build_privacy
-
     server = scenario.server
-    return build_privacy(
+    return privacy.build_privacy(
         scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,
         server.max_staleness if server.protocol == "fedbuff" else 0, server.staleness_exponent,
     )
+
+
+def default_algorithm(scenario: Scenario, task: Task, aggregator: Aggregator | None = None) -> Algorithm:
+    """The scenario's algorithm (``server.algorithm``) over ``aggregator`` (default: exact)."""
+    if aggregator is None:
+        aggregator = ExactAggregator(scenario.server.staleness_exponent, num_staleness(scenario))
+    return build_algorithm(scenario, task, aggregator)
 
 
 class Simulation:
@@ -194,23 +137,21 @@ class Simulation:
         self.scenario = scenario
         self._task_from_scenario = task is None  # remote executors may rebuild it from the scenario
         if task is None:
-            from asyncfl.tasks import build_task
-
             task = build_task(scenario.task, scenario.population.clients, scenario.seed)
         self.task = task
-        self.sink = sink if sink is not None else Sink()
+        self.sink: Sink = sink if sink is not None else MemorySink()
         self._executor = executor
         self.privacy_setup, aggregator = (
             make_private_aggregator(scenario) if scenario.privacy.enabled else (None, None)
         )
         self.algorithm = algorithm if algorithm is not None else default_algorithm(scenario, self.task, aggregator)
         self.streams = rngmod.make_streams(scenario.seed)
-        self.fleet = fleet_factory(scenario, self.streams) if fleet_factory else make_fleet(scenario, self.streams, self.task)
+        self._server_streams = ServerStreams(noise=self.streams["noise"], algorithm=self.streams["algorithm"])
+        self.fleet = fleet_factory(scenario, self.streams) if fleet_factory else build_fleet(scenario, self.streams, self.task)
         self.env = simpy.Environment()
-        server = scenario.server
-        self.protocol = FedBuffProtocol(self) if server.protocol == "fedbuff" else SyncProtocol(self)
+        self.protocol: FedBuffProtocol | SyncProtocol = PROTOCOLS.load(scenario.server.protocol)(self)
 
-        # --- state (data) -------------------------------------------------------------------
+        # --- state: what Simulation.state() declares (SimState) --------------------------------
         self.theta = self.task.initial_theta.detach().clone()
         self.version = 1  # θ_t held by the server; the step in progress is t
         self.algo_state = self.algorithm.init(self.theta)
@@ -219,18 +160,20 @@ class Simulation:
         self.counters = Counters()
         self.records = Records()
         self._seq = 0
-        self._pending_flush: tuple[list[tuple[InFlight, int]], Callable[[], None]] | None = None
         self._eval_staleness: list[int] = []
+        self.last_metrics: dict[str, float] = {}
+        self._rejected_since_step = 0  # uploads rejected since the last server step (_guard_rejections)
+        # --- machinery: not state -----------------------------------------------------------
+        self._pending_flush: tuple[list[tuple[InFlight, int]], Callable[[], None]] | None = None
         self._started = False
         self._wall_start = 0.0
         self.finished = False
-        self.last_metrics: dict[str, float] = {}
-        # --- checkpoint / resume (asyncfl.run.checkpoint) ----------------------------------------
         # Polled between simpy events (the state is then complete data: no flush in progress);
         # returning True stops the run with RunInterrupted so that the caller can checkpoint.
         self.should_stop: Callable[[], bool] | None = None
-        self._rejected_since_step = 0  # uploads rejected since the last server step (_guard_rejections)
-        self._restored: Any = None  # set by checkpoint.load_state: restart in-flight clients instead of start()
+        # restore(): the restored clients and their stored results, restarted by _restart()
+        self._restored: dict[int, torch.Tensor | None] | None = None
+        self._restored_records: dict[int, InFlight] = {}
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -264,7 +207,7 @@ class Simulation:
 
     def launch(self, rec: InFlight) -> None:
         """Put a dispatched (or restored) client's end of job on the clock."""
-        rec.process = Arrival(self.env, rec.end_time, self._client_life, rec)
+        rec.arrival = Arrival(self.env, rec.end_time, self._client_life, rec)
 
     def _client_life(self, rec: InFlight) -> None:
         """The end of a client's job: its upload at ``arrival_time``, or the drop of its update
@@ -290,6 +233,70 @@ class Simulation:
         t_arr = rec.arrival_time if arrival_time is None else arrival_time
         self.sink.on_update(UpdateRow(rec.client, rec.version, step, rec.dispatch_time, t_arr, staleness, accepted, reason, rec.seq))
 
+    # -- declared state (docs/architecture.md §5) ------------------------------------------------
+    def state(self) -> SimState:
+        """The simulation's complete state as data. Only between events: no buffer flush may be
+        in progress (after a server step, or wherever ``should_stop`` stopped the run)."""
+        if self._pending_flush is not None:
+            raise CheckpointError("a checkpoint can only be taken between events (a buffer flush is in progress)")
+        stored = self._restored or {}  # a restored simulation that has not started yet
+        referred: dict[int, InFlight] = dict(self.in_flight)
+        referred.update((rec.seq, rec) for rec, _ in self.buffer)
+        referred.update((rec.seq, rec) for rec in self.protocol.referred())
+        return SimState(
+            now=float(self.env.now), version=self.version, theta=self.theta, algorithm=self.algo_state,
+            clients=tuple(referred[seq].state(stored.get(seq)) for seq in sorted(referred)),
+            in_flight=tuple(self.in_flight), buffer=tuple((rec.seq, tau) for rec, tau in self.buffer),
+            protocol=self.protocol.state(), fleet=self.fleet.state(),
+            counters=dataclasses.replace(self.counters), records=self.records.snapshot(), next_seq=self._seq,
+            eval_staleness=tuple(self._eval_staleness), last_metrics=dict(self.last_metrics),
+            rejected_since_step=self._rejected_since_step, streams=rngmod.streams_state(self.streams),
+        )
+
+    def restore(self, state: SimState) -> None:
+        """Put ``state`` into this freshly built, not yet started simulation (built from the same
+        scenario; ``asyncfl.run.checkpoint.validate`` has checked that the state fits it). The
+        clients' clock events and jobs are restarted when the run starts (:meth:`_restart`)."""
+        if self._started:
+            raise CheckpointError("restore() needs a simulation that has not started")
+        records = {c.seq: InFlight(c.seq, c.client, c.version, c.dispatch_time, c.arrival_time, c.job,
+                                   future=None, offline_time=c.offline_time)  # type: ignore[arg-type]
+                   for c in state.clients}
+        self.env = simpy.Environment(initial_time=state.now)
+        self.version, self.theta, self.algo_state = state.version, state.theta, state.algorithm
+        self.in_flight = {seq: records[seq] for seq in state.in_flight}
+        self.buffer = [(records[seq], tau) for seq, tau in state.buffer]
+        self.protocol.restore(state.protocol, records)
+        self.fleet.restore(state.fleet)
+        self.counters = dataclasses.replace(state.counters)
+        self.records = state.records.snapshot()
+        self._seq = state.next_seq
+        self._eval_staleness = list(state.eval_staleness)
+        self.last_metrics = dict(state.last_metrics)
+        self._rejected_since_step = state.rejected_since_step
+        rngmod.restore_streams(self.streams, state.streams)
+        self._restored = {c.seq: c.result for c in state.clients}
+        self._restored_records = records
+
+    def _restart(self) -> None:
+        """(In the event loop, when a restored run starts.) Resubmit the job of every restored
+        client whose result was not stored (a job is a pure function of its inputs and seed) and
+        put the in-flight ones back on the clock. Their arrivals are rescheduled in dispatch
+        order at their absolute times, which is the order of the original event queue (ties at
+        one time fire in creation order, and creation followed dispatch)."""
+        results, records = self._restored or {}, self._restored_records
+        self._restored, self._restored_records = None, {}
+        loop = asyncio.get_running_loop()
+        for seq in sorted(records):
+            rec, result = records[seq], results[seq]
+            if result is not None:
+                rec.future = loop.create_future()
+                rec.future.set_result(result)
+            else:
+                rec.future = self.executor.submit(rec.job)
+        for rec in sorted(self.in_flight.values(), key=lambda r: r.seq):
+            self.launch(rec)
+
     # ------------------------------------------------------------------------------------------
     @property
     def executor(self) -> Executor:
@@ -304,9 +311,7 @@ class Simulation:
         if self.scenario.run.torch_threads:
             torch.set_num_threads(self.scenario.run.torch_threads)
         if self._restored is not None:  # resumed from a checkpoint: its clients are already chosen
-            from asyncfl.run.checkpoint import restart
-
-            restart(self)
+            self._restart()
             return
         self._evaluate()
         self.protocol.start()
@@ -362,10 +367,7 @@ class Simulation:
         locals_ = [await rec.future for rec, _ in entries]
         step = self.version
         accepted: list[tuple[InFlight, int, torch.Tensor]] = []
-        batch = getattr(self.algorithm, "client_messages", None)  # optional batched form
-        jobs = [rec.job for rec, _ in entries]
-        messages = (batch(jobs, locals_, self.algo_state) if batch is not None else
-                    [self.algorithm.client_message(job, local, self.algo_state) for job, local in zip(jobs, locals_)])
+        messages = self.algorithm.client_messages([rec.job for rec, _ in entries], locals_, self.algo_state)
         for (rec, tau), message, reason in zip(entries, messages, screen(messages, self.scenario.run.max_update_norm)):
             if reason:
                 self.counters.rejected_nonfinite += reason == "non-finite"
@@ -384,7 +386,7 @@ class Simulation:
 
         updates = [ClientUpdate(rec.client, rec.version, tau, msg) for rec, tau, msg in accepted]
         theta, self.algo_state, info = self.algorithm.server_update(
-            self.theta, step, updates, self.algo_state, self.streams["noise"]
+            self.theta, step, updates, self.algo_state, self._server_streams
         )
         self.theta = theta
         self._record_step(step, accepted, info)
@@ -457,7 +459,7 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------------
     def by_staleness(self) -> np.ndarray:
-        """``by_staleness[t-1, τ]`` (T×L integers, DESIGN §3)."""
+        """``by_staleness[t-1, τ]`` (T×L integers, docs/protocol.md)."""
         return _stack(self.records.by_staleness, np.int64)
 
     def private_by_staleness(self) -> np.ndarray | None:
@@ -484,18 +486,16 @@ class Simulation:
             "clients_dispatched": c.dispatched,
             "updates_per_second": c.accepted / wall if wall > 0 else math.nan,
             "final": {k: v for k, v in self.last_metrics.items() if k not in ("wall_time",)},
-            **({"privacy": self.privacy_summary()} if self.privacy_setup is not None else {}),
-            **(self.algorithm.summary(self.algo_state) if hasattr(self.algorithm, "summary") else {}),
+            **({"privacy": self.privacy_summary} if self.privacy_setup is not None else {}),
+            **self.algorithm.summary(self.algo_state),
         }
 
+    @functools.cached_property
     def privacy_summary(self) -> dict[str, Any]:
         """``sigma``, ``gamma``, ``xi``, ``epsilon_spent`` (for the σ used), ``delta``,
-        ``accountant`` (DESIGN §5); computed once."""
-        if not hasattr(self, "_privacy_summary"):
-            from asyncfl.privacy import summary
-
-            self._privacy_summary = summary(self.privacy_setup)
-        return self._privacy_summary
+        ``accountant`` (docs/privacy.md); a function of the configuration, computed once."""
+        assert self.privacy_setup is not None
+        return privacy.summary(self.privacy_setup)
 
 
 def screen(messages: torch.Tensor | list[torch.Tensor], max_norm: float | None) -> list[str]:
@@ -524,11 +524,6 @@ def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
-
-
-def make_fleet(scenario: Scenario, streams: dict[str, np.random.Generator], task: Task | None = None) -> Fleet:
-    """The scenario's fleet (distributions, FedScale profiles or a replayed trace; availability)."""
-    return build_fleet(scenario, streams, task)
 
 
 def run_blocking(scenario: Scenario, **kwargs: Any) -> Simulation:

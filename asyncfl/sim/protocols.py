@@ -1,6 +1,6 @@
-"""Server protocols on the simpy clock (DESIGN.md §3): who is dispatched when, what an arrival
-does, and when the buffer is flushed. The :class:`~asyncfl.sim.engine.Simulation` owns the state;
-a protocol decides with it.
+"""Server protocols on the simpy clock (docs/protocol.md): who is dispatched when, what an arrival
+does, and when the buffer is flushed. The simulation (a :class:`Host`) owns the shared state;
+a protocol decides with it and keeps only its own (round, pending wake-up) as declared data.
 
 * :class:`FedBuffProtocol` — ``K`` in flight, buffer ``C``, staleness drops, a replacement on
   every arrival (FedAsync is ``C = 1``);
@@ -11,12 +11,48 @@ a protocol decides with it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from asyncfl.sim.clock import timeout_at
+from asyncfl.sim.state import FedBuffState, SyncState, WaiterState
 
 if TYPE_CHECKING:
-    from asyncfl.sim.engine import InFlight, Simulation
+    import numpy as np
+    import simpy
+
+    from asyncfl.clients.fleet import Fleet
+    from asyncfl.config.scenario import Scenario
+    from asyncfl.sim.state import Counters
+
+
+class Record(Protocol):
+    """What a protocol reads of a dispatched client (``asyncfl.sim.engine.InFlight``)."""
+
+    seq: int
+    client: int
+    version: int
+    arrival: Any
+    future: Any
+
+
+class Host(Protocol):
+    """What a protocol needs from the simulation that runs it."""
+
+    scenario: Scenario
+    env: simpy.Environment
+    fleet: Fleet
+    streams: dict[str, np.random.Generator]
+    in_flight: dict[int, Any]
+    buffer: list[tuple[Any, int]]
+    counters: Counters
+    version: int
+    finished: bool
+
+    def dispatch(self, client: int) -> Any: ...
+
+    def record(self, rec: Any, step: int, staleness: int, accepted: bool, reason: str = "", arrival_time: float | None = None) -> None: ...
+
+    def request_flush(self, entries: list[tuple[Any, int]], then: Callable[[], None]) -> None: ...
 
 
 class Waiter:
@@ -25,7 +61,7 @@ class Waiter:
     run then stalls and the fleet explains why). Its state (``pending``, ``when``) is data, and a
     checkpoint restores the pending wake-up."""
 
-    def __init__(self, sim: Simulation, retry: Callable[[], None]) -> None:
+    def __init__(self, sim: Host, retry: Callable[[], None]) -> None:
         self.sim = sim
         self.retry = retry
         self.pending = False
@@ -48,11 +84,12 @@ class Waiter:
         if not self.sim.finished:
             self.retry()
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"pending": self.pending, "when": self.when}
+    def state(self) -> WaiterState:
+        return WaiterState(self.pending, self.when)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.pending, self.when = bool(state["pending"]), float(state["when"])
+    def restore(self, state: WaiterState) -> None:
+        """Reschedules a pending wake-up on the (new) clock."""
+        self.pending, self.when = state.pending, state.when
         if self.pending:
             self._schedule()
 
@@ -60,13 +97,23 @@ class Waiter:
 class FedBuffProtocol:
     """Concurrency ``K``, buffer ``C``, staleness drops, replacement on every arrival."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Host) -> None:
         self.sim = sim
         self.max_staleness = sim.scenario.server.max_staleness
         self.waiter = Waiter(sim, self.dispatch_one)
 
     def start(self) -> None:
         self.dispatch_one()
+
+    def state(self) -> FedBuffState:
+        return FedBuffState(self.waiter.state())
+
+    def restore(self, state: FedBuffState, records: Mapping[int, Any]) -> None:
+        self.waiter.restore(state.waiter)
+
+    def referred(self) -> Sequence[Any]:
+        """Clients this protocol refers to beyond the in-flight and buffered ones: none."""
+        return ()
 
     def dispatch_one(self) -> None:
         """Dispatch until ``K`` clients are in flight (one, after an arrival); when no client
@@ -79,10 +126,10 @@ class FedBuffProtocol:
                 return
             sim.dispatch(client)
 
-    def on_offline(self, rec: InFlight) -> None:
+    def on_offline(self, rec: Record) -> None:
         self.dispatch_one()
 
-    def on_arrival(self, rec: InFlight) -> None:
+    def on_arrival(self, rec: Record) -> None:
         sim = self.sim
         tau = sim.version - rec.version
         if self.max_staleness is not None and tau > self.max_staleness:
@@ -110,15 +157,28 @@ class FedBuffProtocol:
 class SyncProtocol:
     """Rounds: sample a cohort, wait for its first ``C`` arrivals, step, repeat."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Host) -> None:
         self.sim = sim
-        self.round: list[InFlight] = []  # dispatched this round
-        self.arrived: list[InFlight] = []
+        self.round: list[Any] = []  # dispatched this round
+        self.arrived: list[Any] = []
         self.need = 0
         self.waiter = Waiter(sim, self.start_round)
 
     def start(self) -> None:
         self.start_round()
+
+    def state(self) -> SyncState:
+        return SyncState(tuple(r.seq for r in self.round), tuple(r.seq for r in self.arrived), self.need, self.waiter.state())
+
+    def restore(self, state: SyncState, records: Mapping[int, Any]) -> None:
+        self.round = [records[seq] for seq in state.round]
+        self.arrived = [records[seq] for seq in state.arrived]
+        self.need = state.need
+        self.waiter.restore(state.waiter)
+
+    def referred(self) -> Sequence[Any]:
+        """The open round's cohort (arrived members are no longer in flight)."""
+        return self.round
 
     def start_round(self) -> None:
         sim = self.sim
@@ -130,11 +190,11 @@ class SyncProtocol:
         if not self.round:  # nobody online: the round starts when someone comes online
             self.waiter.wait()
 
-    def on_arrival(self, rec: InFlight) -> None:
+    def on_arrival(self, rec: Record) -> None:
         self.arrived.append(rec)
         self._maybe_close()
 
-    def on_offline(self, rec: InFlight) -> None:
+    def on_offline(self, rec: Record) -> None:
         """A cohort member went offline: the round needs at most the arrivals still possible;
         when the whole cohort is gone, a new round starts."""
         sim = self.sim
@@ -153,7 +213,7 @@ class SyncProtocol:
             if straggler.seq in sim.in_flight:
                 sim.in_flight.pop(straggler.seq)
                 sim.fleet.busy[straggler.client] = False
-                straggler.process.interrupt()
+                straggler.arrival.interrupt()
                 straggler.future.cancel()
                 sim.counters.cancelled_late += 1
                 sim.record(straggler, sim.version, 0, False, "late", arrival_time=sim.env.now)

@@ -1,4 +1,4 @@
-"""The task contract: data per client, a model architecture, and a loss (DESIGN.md §7).
+"""The task contract: data per client, a model architecture, and a loss (docs/tasks.md).
 
 The server and the simulator see a model as one flat parameter vector ``theta``; a task knows
 how to turn it back into the named parameters of its ``torch.nn.Module`` so that local training
@@ -8,7 +8,7 @@ Local objective of client ``k`` on a mini-batch ``B`` (``ℓ`` = ``loss_fn`` per
 
 * ``reduction = "mean"``: ``f_k(θ; B) = (1/|B|) Σ_{i∈B} ℓ_i(θ)``  (neural tasks);
 * ``reduction = "sum"``:  ``f_k(θ; B) = (n_k/|B|) Σ_{i∈B} ℓ_i(θ)`` so that the full batch gives
-  exactly ``f_k(θ) = ½‖A_k θ − b_k‖²`` for the quadratic task (DESIGN §6).
+  exactly ``f_k(θ) = ½‖A_k θ − b_k‖²`` for the quadratic task (docs/baselines.md).
 
 An optional ridge term ``(l2/2)‖θ‖²`` (``Task.l2``, e.g. the synthetic task's ``l2`` key) is part
 of every client objective: ``batch_objective`` and ``train_loss`` include it, ``evaluate``
@@ -65,7 +65,7 @@ class QuadraticForm:
         return torch.linalg.solve(H + mu * torch.eye(d, dtype=H.dtype), g + mu * center)
 
     def pooled_solution(self) -> torch.Tensor:
-        """``θ* = (Σ_k H_k)⁻¹ Σ_k g_k`` (DESIGN §6)."""
+        """``θ* = (Σ_k H_k)⁻¹ Σ_k g_k`` (docs/baselines.md)."""
         H = sum(self.hessian(k) for k in range(len(self.A)))
         g = sum(self.linear(k) for k in range(len(self.A)))
         return torch.linalg.solve(H, g)

@@ -1,4 +1,4 @@
-"""Helpers shared by the task builders (DESIGN.md §7): seeded streams, splits, losses, layers.
+"""Helpers shared by the task builders (docs/tasks.md): seeded streams, splits, losses, layers.
 
 Randomness: a task seed is expanded with :class:`numpy.random.SeedSequence` into two
 independent streams, one for the data (a ``numpy.random.Generator``) and one for the torch
@@ -8,7 +8,7 @@ global torch state is untouched). Same seed ⇒ bit-identical data and ``initial
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -16,10 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from asyncfl.errors import ScenarioError
-from asyncfl.tasks.base import ClientData
-
-if TYPE_CHECKING:
-    from asyncfl.tasks.base import Task
+from asyncfl.tasks.base import ClientData, Task
 
 MIN_SAMPLES_PER_CLIENT = 5  # target minimum of a Dirichlet split (lowered if data is scarce)
 
@@ -145,11 +142,9 @@ def non_iid_clients(x: np.ndarray, y: np.ndarray, num_clients: int, alpha: float
 
 
 def non_iid_classifier(name: str, x: np.ndarray, y: np.ndarray, cfg: Any, make_model: Callable[[], nn.Module],
-                       num_clients: int, rng: np.random.Generator, torch_seed: int) -> "Task":
+                       num_clients: int, rng: np.random.Generator, torch_seed: int) -> Task:
     """A cross-entropy classification task split by :func:`non_iid_clients` with the config's
     ``dirichlet_alpha`` and ``test_fraction`` (``digits``, ``mnist1d``)."""
-    from asyncfl.tasks.base import Task
-
     clients, test = non_iid_clients(x, y, num_clients, cfg.dirichlet_alpha, cfg.test_fraction, rng)
     return Task(name=name, model=seeded_model(make_model, torch_seed, torch.float32), clients=clients,
                 test=test, loss_fn=cross_entropy, classification=True)

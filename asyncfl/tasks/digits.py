@@ -1,4 +1,4 @@
-"""scikit-learn's bundled 8×8 handwritten digits (DESIGN.md §7), offline, float32.
+"""scikit-learn's bundled 8×8 handwritten digits (docs/tasks.md), offline, float32.
 
 All 1797 images, pixels scaled to ``[0, 1]`` (÷16). A stratified, seeded central test split of
 ``test_fraction``; the rest is split non-IID over the clients by a label-Dirichlet prior
@@ -17,7 +17,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from torch import nn
 
-from asyncfl.config.scenario import DigitsTask
+from asyncfl.config.tasks import DigitsTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
 

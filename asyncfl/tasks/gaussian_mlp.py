@@ -1,4 +1,4 @@
-"""Gaussian inputs labelled by one fixed random linear map (DESIGN.md §7), float32.
+"""Gaussian inputs labelled by one fixed random linear map (docs/tasks.md), float32.
 
 ``V ∈ R^{dim×classes}`` with i.i.d. N(0, 1) entries, shared by all clients. Every client holds
 ``samples_per_client`` inputs ``x ~ N(0, I_dim)`` with labels ``y = argmax(xᵀ V)``; the test set
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from asyncfl.config.scenario import GaussianMLPTask
+from asyncfl.config.tasks import GaussianMLPTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import cross_entropy, mlp, seeded_model, task_streams
 

@@ -1,4 +1,4 @@
-"""Procedurally generated 1-D digits, after the MNIST-1D idea (DESIGN.md §7), float32.
+"""Procedurally generated 1-D digits, after the MNIST-1D idea (docs/tasks.md), float32.
 
 Our own generator (seeded numpy, nothing downloaded). Ten fixed templates ``T_c`` of
 ``TEMPLATE_LEN = 12`` points (a plateau, a spike, ramps, bumps, a step, waves …, see
@@ -26,7 +26,7 @@ import numpy as np
 from scipy.ndimage import convolve1d
 from torch import nn
 
-from asyncfl.config.scenario import MNIST1DTask
+from asyncfl.config.tasks import MNIST1DTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
 

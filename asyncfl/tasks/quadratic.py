@@ -1,4 +1,4 @@
-"""Least-squares clients ``f_k(θ) = ½‖A_k θ − b_k‖²`` (DESIGN.md §6, §7), float64.
+"""Least-squares clients ``f_k(θ) = ½‖A_k θ − b_k‖²`` (docs/baselines.md, §7), float64.
 
 The model is ``Linear(dim, 1, bias=False)`` with outputs squeezed to ``(B,)``, the per-sample
 loss is ``½(out − y)²`` and ``reduction = "sum"``, so a full batch gives exactly ``f_k``.
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from asyncfl.errors import ScenarioError
-from asyncfl.config.scenario import QuadraticTask
+from asyncfl.config.tasks import QuadraticTask
 from asyncfl.tasks.base import ClientData, QuadraticForm, Task
 from asyncfl.tasks.common import SqueezeLast, half_squared_error, seeded_model, task_streams
 

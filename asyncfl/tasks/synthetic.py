@@ -1,4 +1,4 @@
-"""FedProx's Synthetic(α, β) (DESIGN.md §7), float32, per-sample cross entropy.
+"""FedProx's Synthetic(α, β) (docs/tasks.md), float32, per-sample cross entropy.
 
 For each device ``k`` (one per client), with ``d = dim`` and ``C = classes``:
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from asyncfl.config.scenario import SyntheticTask
+from asyncfl.config.tasks import SyntheticTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import cross_entropy, mlp, seeded_model, task_streams
 

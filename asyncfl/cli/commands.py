@@ -1,0 +1,104 @@
+"""Every ``asyncfl`` subcommand: its arguments and help (here) and its implementation (the
+command registry; docs/architecture.md, "Package layout").
+
+The parser is built from this module alone, so ``asyncfl --help``, argument errors,
+``asyncfl validate`` and ``asyncfl scenarios`` import neither torch, ray nor matplotlib. Each
+command's implementation is a function ``cmd(args) -> exit code`` in its own module, named in
+:data:`COMMANDS` as ``"module:attribute"`` and imported by :meth:`Registry.load` only when that
+command runs. A new command is one entry in :data:`COMMANDS` and one function in
+:data:`ARGUMENTS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+from asyncfl.registry import Registry
+from asyncfl.studies.privacy_sweep.spec import RULES
+
+#: subcommand name → (implementation, one-line help); the order is that of ``asyncfl --help``
+COMMANDS: Registry[Callable[[argparse.Namespace], int]] = Registry("command", "COMMAND", {
+    "run": ("asyncfl.cli.run_cmd:cmd_run", "run a scenario and write its run directory"),
+    "resume": ("asyncfl.cli.run_cmd:cmd_resume", "continue an interrupted or killed run from its last checkpoint"),
+    "validate": ("asyncfl.cli.validate:cmd_validate", "check a scenario and print it with every default resolved"),
+    "bias": ("asyncfl.cli.bias:cmd_bias", "implicit momentum bias of a run: bias.json, a table and heat maps"),
+    "scenarios": ("asyncfl.cli.scenario_library:cmd_scenarios", "list the scenario library, one line each"),
+    "plot": ("asyncfl.cli.plot:cmd_plot", "learning curves of one or more runs against steps and virtual time"),
+    "privacy": ("asyncfl.cli.privacy:cmd_privacy", "privacy–utility sweep over ξ (or γ) at the scenario's fixed (ε, δ)"),
+    "study": ("asyncfl.cli.study:cmd_study", "momentum-approximation study: tune, run, results.csv and report.md"),
+})
+
+
+# ---------------------------------------------------------------------------------------------
+def _scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario TOML file (see scenarios/)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a scenario key (repeatable); VALUE is read as TOML, else as a string")
+
+
+def _quiet(p: argparse.ArgumentParser, help: str = "no progress bar and no summary table") -> None:
+    p.add_argument("--quiet", action="store_true", help=help)
+
+
+def run_args(p: argparse.ArgumentParser) -> None:
+    _scenario_args(p)
+    p.add_argument("--out", help="run directory (default: runs/NAME-TIMESTAMP)")
+    p.add_argument("--overwrite", action="store_true", help="allow --out to be a non-empty directory")
+    _quiet(p)
+
+
+def resume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="the run directory (written by 'asyncfl run')")
+    _quiet(p)
+
+
+def validate_args(p: argparse.ArgumentParser) -> None:
+    _scenario_args(p)
+
+
+def bias_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a run directory written by `asyncfl run`")
+
+
+def scenarios_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", help="directory of scenario files (default: the library's scenarios/)")
+
+
+def plot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", help="run directories (overlaid)")
+    p.add_argument("--out", help="PNG path (default: metrics.png in the first run directory)")
+    p.add_argument("--label", action="append", help="legend label per run (repeatable, in order)")
+
+
+def privacy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="a scenario with an enabled [privacy] section (e.g. scenarios/private_synthetic.toml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a scenario key (repeatable)")
+    p.add_argument("--xi", type=float, nargs="+", metavar="XI", help="count-noise levels ξ to sweep (each > σ)")
+    p.add_argument("--gamma", type=float, nargs="+", metavar="GAMMA", help="payload scales γ to sweep (each > 0)")
+    p.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES), help="server rules to run at every point")
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="seeds (default: the scenario's)")
+    p.add_argument("--out", help="output directory (default: runs/privacy-NAME-TIMESTAMP)")
+    p.add_argument("--overwrite", action="store_true", help="allow --out to hold an earlier sweep")
+    _quiet(p, "no progress bar and no table")
+
+
+def study_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="study spec TOML (see analysis/study_small.toml)")
+    p.add_argument("--out", required=True, help="study directory (resumable: completed runs are kept)")
+    p.add_argument("--check", action="store_true", help="validate the spec and every scenario it implies, run nothing")
+    _quiet(p, "no progress bar")
+
+
+#: subcommand name → the function adding its arguments (same names as :data:`COMMANDS`)
+ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "run": run_args, "resume": resume_args, "validate": validate_args, "bias": bias_args,
+    "scenarios": scenarios_args, "plot": plot_args, "privacy": privacy_args, "study": study_args,
+}
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """One subparser per registered command, with its help and arguments."""
+    for entry in COMMANDS.entries():
+        ARGUMENTS[entry.name](sub.add_parser(entry.name, help=entry.summary))

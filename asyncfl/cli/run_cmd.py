@@ -1,0 +1,115 @@
+"""``asyncfl run`` and ``asyncfl resume``: drive one run with a progress bar, handle Ctrl-C,
+draw ``metrics.png`` and print the summary (docs/architecture.md, "Package layout";
+docs/run-directory.md for what the run directory holds).
+
+Loaded through the command registry only when one of these commands runs (it imports the
+engine, hence torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from asyncfl.cli.console import console, err_console, progress_bar, summary_table, warn
+from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from asyncfl.config import scenario as scenario_mod
+from asyncfl.errors import NumericalFault, RunInterrupted
+from asyncfl.figures.metrics import plot_metrics
+from asyncfl.run import runner
+
+
+def default_out(name: str) -> Path:
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+@contextlib.contextmanager
+def graceful_sigint() -> Iterator[Callable[[], bool]]:
+    """The first SIGINT (or SIGTERM, as batch schedulers send) asks the run to stop at the next
+    event (then it checkpoints); a second one raises KeyboardInterrupt as usual. Yields the
+    ``should_stop`` callable."""
+    requested = [False]
+
+    def handler(signum: int, frame: Any) -> None:
+        if requested[0]:
+            raise KeyboardInterrupt
+        requested[0] = True
+        err_console.print("stopping after the current event to write a checkpoint (Ctrl-C again aborts without one)", markup=False)
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: no signal handling
+        yield lambda: False
+        return
+    try:
+        yield lambda: requested[0]
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _plot(out: Path) -> None:
+    """``metrics.png`` for a run the CLI drove (library runs and studies skip it: ~0.3 s each)."""
+    plot_metrics([out], out / "metrics.png")
+
+
+def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Callable[..., Any], out: Path) -> int:
+    with progress_bar(total, quiet) as progress, graceful_sigint() as should_stop:
+        bar = progress.add_task("run", total=total, completed=start, vtime=0.0, loss="–")
+
+        def on_event(event: Any) -> None:
+            fields: dict[str, Any] = {"vtime": event.time}
+            if event.metrics is not None:
+                fields["loss"] = f"{event.metrics['loss']:.4g}"
+            progress.update(bar, completed=event.step, **fields)
+
+        try:
+            summary = asyncio.run(coroutine_of(on_event=on_event, should_stop=should_stop))
+        except NumericalFault:
+            _plot(out)
+            raise
+        except RunInterrupted as exc:
+            _plot(out)
+            progress.stop()
+            warn(f"interrupted: {exc}; checkpoint written to {out / 'checkpoint.pt'}")
+            warn(f"resume with:  asyncfl resume {out}")
+            return EXIT_INTERRUPTED
+    _plot(out)
+    if not quiet:
+        console.print(summary_table(summary, out))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario = scenario_mod.load(args.scenario, args.overrides)
+    out = Path(args.out) if args.out else default_out(scenario.name)
+
+    def coroutine_of(**kw: Any) -> Any:
+        return runner.run_to_dir(scenario, out, overwrite=args.overwrite, **kw)
+
+    return _drive_with_progress(scenario.run.steps, 0, args.quiet, coroutine_of, out)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    out = Path(args.run_dir)
+    try:
+        plan = runner.inspect_run_dir(out)
+        if plan.status == "completed":
+            raise runner.AlreadyCompleted("")
+    except runner.AlreadyCompleted:
+        warn(f"{out}: the run is already completed; nothing to resume")
+        return EXIT_OK
+    if plan.checkpoint is None:
+        warn(f"{out}: no checkpoint yet; restarting the run from scratch in this directory")
+    else:
+        warn(f"{out}: resuming after server step {plan.step}")
+
+    def coroutine_of(**kw: Any) -> Any:
+        return runner.resume_dir(out, **kw)
+
+    return _drive_with_progress(plan.scenario.run.steps, plan.step, args.quiet, coroutine_of, out)

@@ -1,0 +1,16 @@
+"""``asyncfl validate SCENARIO``: check a scenario and print it with every default resolved
+(docs/architecture.md, "Package layout"). Torch-free: validation needs only the config."""
+
+from __future__ import annotations
+
+import argparse
+
+from asyncfl.cli.console import say
+from asyncfl.cli.exit_codes import EXIT_OK
+from asyncfl.config import scenario as scenario_mod
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    scenario = scenario_mod.load(args.scenario, args.overrides)
+    say(scenario.to_toml())
+    return EXIT_OK

@@ -1,0 +1,179 @@
+"""A validated study (docs/architecture.md, "Studies and sweeps"; docs/server-rules.md): the points
+it runs and the scenario of each point.
+
+:class:`Study` is built from a :class:`~asyncfl.studies.ma_study.spec.StudySpec` and validates
+*every* scenario the spec implies before anything runs, so a bad task, method or concurrency is
+an error naming the task, method, K and field (exit 2 from the CLI), never a failure half-way.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from asyncfl.config import scenario as scenario_mod
+from asyncfl.errors import ScenarioError
+from asyncfl.privacy import calibrate_sigma
+from asyncfl.studies.ma_study.spec import StudyError, StudySpec, TaskEntry, parse_spec, read_spec_file
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of the study."""
+
+    task: str
+    method: str
+    K: int
+    seed: int
+    dp: bool
+    lr: float
+    steps: int
+
+    @property
+    def dp_label(self) -> str:
+        return "dp" if self.dp else "nodp"
+
+    def rel_dir(self) -> Path:
+        return Path("runs") / self.task / self.dp_label / f"K{self.K}" / self.method / f"lr{self.lr:g}" / f"T{self.steps}-s{self.seed}"
+
+
+def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"server": {"lr": 1}}`` and ``{"server.lr": 1}`` both become ``{"server.lr": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _drop_none(raw: dict[str, Any]) -> dict[str, Any]:
+    return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in raw.items() if v is not None}
+
+
+class Study:
+    """A validated spec plus what it needs to build every run's scenario."""
+
+    def __init__(self, spec: StudySpec, base_dir: Path, source: str | None = None) -> None:
+        self.spec = spec
+        self.base_dir = base_dir
+        self.source = source
+        self._sigma: dict[str, float] = {}
+        self.tasks = {t.name: t for t in spec.tasks}
+        problems: list[str] = []
+        if len(self.tasks) != len(spec.tasks):
+            problems.append("tasks: task names must be unique")
+        for method in spec.methods:
+            if self.spec.lr_grid.of(method) is None:
+                problems.append(f"lr_grid.{method}: required for every method in methods (a list of server learning rates)")
+        if spec.tuning.dp == "reuse-nodp" and True in spec.dp and False not in spec.dp:
+            problems.append("tuning.dp = 'reuse-nodp': needs false in dp (the runs whose learning rates are reused)")
+        if problems:
+            raise StudyError(problems, source)
+        self._bases: dict[str, dict[str, Any]] = {}
+        for i, task in enumerate(spec.tasks):
+            try:
+                self._bases[task.name] = self._base_raw(task)
+            except ScenarioError as exc:
+                problems.extend(f"tasks[{i}] ({task.name}).scenario: {p}" for p in exc.problems)
+        if problems:
+            raise StudyError(problems, source)
+        # every scenario of the study must validate before anything runs
+        for i, task in enumerate(spec.tasks):
+            for method in spec.methods:
+                for K in self.concurrencies(method):
+                    for dp in spec.dp:
+                        point = Point(task.name, method, K, spec.seeds[0], dp, self.spec.lr_grid.of(method)[0], spec.steps)
+                        try:
+                            self.scenario(point)
+                        except ScenarioError as exc:
+                            where = f"tasks[{i}] ({task.name}), {method}, K={K}, dp={dp}"
+                            problems.extend(f"{where}: {p}" for p in exc.problems)
+        if problems:
+            raise StudyError(sorted(set(problems), key=problems.index), source)
+
+    # -- scenarios ------------------------------------------------------------------------------
+    def _base_raw(self, task: TaskEntry) -> dict[str, Any]:
+        raw: dict[str, Any] = {}
+        if task.scenario is not None:
+            path = Path(task.scenario)
+            if not path.is_absolute() and (self.base_dir / path).is_file():
+                path = self.base_dir / path
+            raw = scenario_mod.load(path).to_dict()
+        return raw
+
+    def concurrencies(self, method: str) -> list[int]:
+        C = self.spec.buffer
+        return [C] if method == "sync-momentum" else [m * C for m in self.spec.k_multiples]
+
+    def method_overrides(self, method: str) -> dict[str, Any]:
+        C = self.spec.buffer
+        if method == "sync-momentum":
+            return {"server.protocol": "sync", "server.rule": "momentum", "server.concurrency": None, "server.cohort": C}
+        rule = {"fedbuff-sgd": "sgd", "fedbuff-momentum": "momentum", "fedbuff-nesterov": "nesterov",
+                "fedbuff-ma-full": "ma-full", "fedbuff-ma-light": "ma-light"}[method]
+        target = "nesterov" if method == "fedbuff-nesterov" else self.spec.ma_target
+        return {"server.protocol": "fedbuff", "server.rule": rule, "server.ma_target": target, "server.cohort": None}
+
+    def privacy_overrides(self, point: Point, clients: int) -> dict[str, Any]:
+        if not point.dp:
+            return {"privacy.enabled": False}
+        p = self.spec.privacy
+        out: dict[str, Any] = {
+            "privacy.enabled": True, "privacy.delta": p.delta, "privacy.accountant": p.accountant,
+            "privacy.counts": p.counts, "privacy.xi": p.xi, "privacy.gamma": p.gamma,
+            "privacy.epsilon": p.epsilon, "privacy.noise_multiplier": None,
+        }
+        if p.clip is not None:
+            out["privacy.clip"] = p.clip
+        if point.steps != self.spec.steps:
+            # A shorter tuning run must see the noise of the full run: σ calibrated for the
+            # study's ``steps`` (the accountant composes over the run's own steps otherwise).
+            out["privacy.epsilon"] = None
+            out["privacy.noise_multiplier"] = self.sigma(point.task, clients)
+        return out
+
+    def sigma(self, task: str, clients: int) -> float:
+        if task not in self._sigma:
+            p = self.spec.privacy
+            self._sigma[task] = float(calibrate_sigma(p.epsilon, p.delta, self.spec.buffer / clients, self.spec.steps, p.accountant))
+        return self._sigma[task]
+
+    def scenario(self, point: Point) -> scenario_mod.Scenario:
+        task = self.tasks[point.task]
+        raw = json.loads(json.dumps(self._bases[point.task]))  # deep copy
+        overrides = {**flatten(self.spec.defaults), **flatten(task.overrides)}
+        for key, value in overrides.items():
+            scenario_mod.assign(raw, key, value)
+        run_over = {
+            "name": f"{self.spec.name}-{point.task}-{point.method}-K{point.K}-{point.dp_label}-s{point.seed}",
+            "seed": point.seed, "run.steps": point.steps, "run.eval_every": self.spec.eval_every,
+            "server.buffer": self.spec.buffer, "server.concurrency": point.K, "server.lr": point.lr,
+            **self.method_overrides(point.method),
+        }
+        for key, value in run_over.items():
+            scenario_mod.assign(raw, key, value)
+        clients = raw.get("population", {}).get("clients", scenario_mod.PopulationConfig().clients)
+        for key, value in self.privacy_overrides(point, clients).items():
+            scenario_mod.assign(raw, key, value)
+        return scenario_mod.validate(_drop_none(raw))
+
+    def first_point(self, task: str) -> Point:
+        """The task's first point (first method, its first K and lr, first seed, no DP): the
+        scenario the report describes the task with."""
+        spec = self.spec
+        method = spec.methods[0]
+        return Point(task, method, self.concurrencies(method)[0], spec.seeds[0], False, spec.lr_grid.of(method)[0], spec.steps)
+
+
+def load_spec(path: str | Path) -> Study:
+    """Read, validate and expand a spec file (relative task scenarios: see :class:`TaskEntry`)."""
+    path = Path(path)
+    return study_from_raw(read_spec_file(path), path.parent, str(path))
+
+
+def study_from_raw(raw: dict[str, Any], base_dir: Path = Path("."), source: str | None = None) -> Study:
+    return Study(parse_spec(raw, source), base_dir, source)

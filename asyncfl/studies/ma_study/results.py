@@ -1,0 +1,50 @@
+"""Reading a study run's directory (docs/run-directory.md): its status, its evaluations, when
+it first reached a target accuracy, and the implicit momentum bias of its own rule."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from asyncfl.run.rundir import read_csv
+from asyncfl.studies.ma_study.spec import BIAS_KEY
+
+#: a run with one of these ``summary.json`` statuses is not run again (divergence is deterministic)
+DONE_STATUSES = ("completed", "diverged")
+
+
+def read_status(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        return []
+    rows = []
+    for row in read_csv(path):
+        rows.append({k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()})
+    return rows
+
+
+def first_reach(metrics: list[dict[str, float]], target: float) -> tuple[float, float]:
+    """(step, virtual time) of the first evaluation with accuracy ≥ target; NaN if never."""
+    for row in metrics:
+        if row.get("accuracy", math.nan) >= target:
+            return row["step"], row["time"]
+    return math.nan, math.nan
+
+
+def run_bias(run_dir: Path, method: str) -> float:
+    """The bias of the method's own rule from the run's ``bias.json`` (key :data:`BIAS_KEY`)."""
+    key = BIAS_KEY[method]
+    if key is None:
+        return 0.0  # sync: W = I and A = M
+    try:
+        return float(json.loads((run_dir / "bias.json").read_text())[key])
+    except (OSError, ValueError, KeyError, TypeError):
+        return math.nan

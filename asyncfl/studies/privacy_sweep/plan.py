@@ -1,0 +1,101 @@
+"""The sweep's plan (docs/privacy.md; docs/privacy.md, "What a run reports"): the analytic noise
+levels, σ resolved **once** for the whole sweep, the validated points, and the scenario of each
+point."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from asyncfl.config import scenario as scenario_mod
+from asyncfl.privacy import accounting, mechanism
+from asyncfl.studies.privacy_sweep.spec import Budget, SweepError, SweepPoint
+
+
+# ----------------------------------------------------------------------------------------------
+# analytic noise levels (docs/privacy.md)
+def update_noise_std(sigma: float, clip: float, xi: float, C: int) -> float:
+    """Std of the noise on each coordinate of ``r_t``: ``σ S_Δ ξ / (C √(ξ² − σ²))`` (= ``σS/C``)."""
+    return mechanism.update_noise_std(sigma, clip, xi, C)
+
+
+def count_noise_std(xi: float, C: int) -> float:
+    """Std of the noise on each entry ``ĉ_τ / C`` of a row of ``Ŵ``: ``ξ / C``."""
+    return mechanism.count_noise_std(xi, C)
+
+
+# ----------------------------------------------------------------------------------------------
+def check_scenario(scenario: scenario_mod.Scenario) -> None:
+    """The sweep needs a private FedBuff scenario (the staleness payload only exists there)."""
+    if not scenario.privacy.enabled:
+        raise SweepError(
+            f"scenario {scenario.name!r} has no [privacy] section with enabled = true: the sweep varies "
+            "ξ (or γ) at the scenario's fixed (ε, δ); add [privacy] with enabled, clip, epsilon, delta "
+            "(see scenarios/private_synthetic.toml)"
+        )
+    if scenario.server.protocol != "fedbuff":
+        raise SweepError(f"server.protocol = {scenario.server.protocol!r}: the sweep needs 'fedbuff' (there is no staleness to estimate in sync rounds)")
+
+
+def resolve_budget(scenario: scenario_mod.Scenario) -> Budget:
+    """σ for the scenario's privacy budget, computed **once** for the whole sweep.
+
+    ``σ = calibrate_sigma(ε, δ, q = C/N, T)`` (:mod:`asyncfl.privacy.accounting`, docs/privacy.md), or
+    ``privacy.noise_multiplier`` when the scenario gives σ instead of ε. ξ and γ do not enter:
+    they only split the sensitivity ``S`` between update and counts."""
+    check_scenario(scenario)
+    p, server = scenario.privacy, scenario.server
+    C, N, T = int(server.buffer), scenario.population.clients, scenario.run.steps
+    q = C / N
+    if p.noise_multiplier is not None:
+        sigma = float(p.noise_multiplier)
+    else:
+        sigma = accounting.calibrate_sigma(float(p.epsilon), float(p.delta), q, T, p.accountant)
+    return Budget(sigma=sigma, epsilon_target=None if p.epsilon is None else float(p.epsilon),
+                  delta=float(p.delta), accountant=p.accountant, q=q, steps=T, clip=float(p.clip), C=C)
+
+
+def sweep_points(budget: Budget, xis: Sequence[float] = (), gammas: Sequence[float] = ()) -> list[SweepPoint]:
+    """The points of the sweep, sorted by ξ (duplicates dropped).
+
+    ``--xi`` values must be finite and exceed σ (the count noise ``ξ = σS/γ > σ`` for every
+    γ > 0); ``γ = σ S_Δ / √(ξ² − σ²)``. ``--gamma`` values must be finite and positive;
+    ``ξ = σ √(S_Δ² + γ²) / γ``. Every bad value is reported in one :class:`SweepError` naming
+    the option and σ — none is silently skipped."""
+    if not xis and not gammas:
+        raise SweepError("give the sweep's points with --xi (count-noise levels ξ > σ) and/or --gamma (payload scales γ > 0)")
+    problems: list[str] = []
+    bad_xi = [x for x in xis if not (math.isfinite(x) and x > budget.sigma)]
+    if bad_xi:
+        problems.append(
+            f"--xi {' '.join(f'{x:g}' for x in bad_xi)}: every ξ must be finite and exceed the noise multiplier "
+            f"{budget.describe()} (the count noise ξ = σS/γ is above σ for every γ); "
+            f"the smallest useful ξ is a little above {budget.sigma:.4g}"
+        )
+    bad_gamma = [g for g in gammas if not (math.isfinite(g) and g > 0)]
+    if bad_gamma:
+        problems.append(f"--gamma {' '.join(f'{g:g}' for g in bad_gamma)}: every γ must be finite and positive")
+    if problems:
+        raise SweepError("\n".join(problems))
+    points = [SweepPoint(float(x), mechanism.gamma_from_xi(budget.sigma, budget.clip, float(x)), "xi") for x in xis]
+    points += [SweepPoint(mechanism.xi_from_gamma(budget.sigma, budget.clip, float(g)), float(g), "gamma") for g in gammas]
+    unique: dict[float, SweepPoint] = {}
+    for point in sorted(points, key=lambda pt: pt.xi):
+        unique.setdefault(round(point.xi, 12), point)
+    return list(unique.values())
+
+
+def point_scenario(base: scenario_mod.Scenario, budget: Budget, point: SweepPoint, rule: str, seed: int) -> scenario_mod.Scenario:
+    """``base`` with ``privacy.noise_multiplier = σ`` (the calibrated value, so every point uses
+    the same σ and no point re-calibrates), ``privacy.xi`` or ``privacy.gamma`` as given,
+    ``server.rule = rule`` and ``seed``; re-validated."""
+    raw = base.to_dict()
+    privacy = raw["privacy"]
+    for key in ("epsilon", "noise_multiplier", "xi", "gamma"):
+        privacy.pop(key, None)
+    privacy["noise_multiplier"] = budget.sigma
+    privacy[point.given] = point.xi if point.given == "xi" else point.gamma
+    raw["server"]["rule"] = rule
+    raw["seed"] = int(seed)
+    raw["name"] = f"{base.name}-xi{point.xi:.4g}-{rule}-s{seed}"
+    return scenario_mod.validate(raw)

@@ -1,0 +1,84 @@
+"""The privacy–utility sweep's vocabulary (docs/privacy.md, "What a run reports"): the rules
+it compares, the columns of ``sweep.csv``, the fixed budget, one point, one row, and its error.
+
+Torch-free: the CLI parser reads :data:`RULES` for ``asyncfl privacy --rules``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from asyncfl.errors import AsyncFLError
+
+RULES: tuple[str, ...] = ("ma-light", "ma-full", "momentum")
+#: bias.json key of each rule's own coefficients (docs/server-rules.md: naive momentum is ``A = M``)
+BIAS_KEY: dict[str, str] = {"ma-light": "ma_light", "ma-full": "ma_full", "momentum": "momentum"}
+COLUMNS: tuple[str, ...] = (
+    "xi", "xi_over_C", "gamma", "sigma", "epsilon_target", "epsilon_spent", "delta", "rule", "seed",
+    "status", "steps", "final_accuracy", "final_loss", "bias_exact", "bias_noisy", "bias_momentum",
+    "update_noise_std", "count_noise_std", "run_dir",
+)
+
+
+class SweepError(AsyncFLError):
+    """Bad sweep input (exit code 2 from the CLI); the message names the option or field."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The sweep's fixed privacy parameters: ``sigma`` σ (calibrated once to
+    ``epsilon_target`` at ``delta``, or given), ``q = C/N``, ``steps`` T, ``clip`` S_Δ, ``C``."""
+
+    sigma: float
+    epsilon_target: float | None
+    delta: float
+    accountant: str
+    q: float
+    steps: int
+    clip: float
+    C: int
+
+    def describe(self) -> str:
+        how = ("given (privacy.noise_multiplier)" if self.epsilon_target is None else
+               f"calibrated to ε = {self.epsilon_target:g}, δ = {self.delta:g} over {self.steps} steps "
+               f"at q = C/N = {self.q:.4g} ({self.accountant})")
+        return f"σ = {self.sigma:.6g} {how}"
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One value of the split: ``xi`` ξ and ``gamma`` γ (one given, the other derived)."""
+
+    xi: float
+    gamma: float
+    given: str  # "xi" or "gamma"
+
+
+@dataclass
+class SweepRow:
+    """One run of the sweep (one line of ``sweep.csv``; columns in :data:`COLUMNS`)."""
+
+    xi: float
+    xi_over_C: float
+    gamma: float
+    sigma: float
+    epsilon_target: float | None
+    epsilon_spent: float
+    delta: float
+    rule: str
+    seed: int
+    status: str
+    steps: int
+    final_accuracy: float
+    final_loss: float
+    bias_exact: float
+    bias_noisy: float
+    bias_momentum: float
+    update_noise_std: float
+    count_noise_std: float
+    run_dir: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,188 @@
+"""The command line starts light (docs/architecture.md, "Package layout"): the parser is built
+from torch-free modules and each command's implementation is imported through the command
+registry only when that command runs, so ``asyncfl --help``, every ``COMMAND --help``, argument
+errors, ``asyncfl validate`` and ``asyncfl scenarios`` import neither torch, ray nor matplotlib.
+
+Also checked statically: no function-level import of a project module in the CLI, the studies,
+the figures or ``analysis/`` (lazy loading goes through the registry), the library never imports
+``analysis/``, ``analysis/`` imports only the library (not the CLI), and those modules import
+one another without a cycle (registry targets count as imports).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from asyncfl.cli.commands import ARGUMENTS, COMMANDS
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "ray", "matplotlib")
+
+# Runs ``asyncfl.cli.main.main(argv)`` and writes its exit code and the heavy modules it loaded.
+WRAPPER = """
+import json, sys
+result, argv = sys.argv[1], json.loads(sys.argv[2])
+from asyncfl.cli.main import main
+try:
+    rc = main(argv)
+except SystemExit as exc:  # --help and --version exit through argparse
+    rc = exc.code
+with open(result, "w") as fh:
+    json.dump({"rc": rc, "heavy": sorted(m for m in %r if m in sys.modules)}, fh)
+""" % (HEAVY,)
+
+QUICKSTART = str(REPO / "scenarios" / "quickstart.toml")
+LIGHT_COMMANDS = [
+    (["--help"], 0),
+    (["--version"], 0),
+    *[([name, "--help"], 0) for name in COMMANDS.names],
+    (["validate", QUICKSTART], 0),
+    (["validate", QUICKSTART, "--set", "server.buffer=0"], 2),
+    (["validate", QUICKSTART, "--set", "novalue"], 2),
+    (["scenarios"], 0),
+    (["scenarios", "--dir", str(REPO / "scenarios")], 0),
+    ([], 2),
+    (["frobnicate"], 2),
+    (["run"], 2),
+    (["run", QUICKSTART, "--bogus"], 2),
+    (["privacy", QUICKSTART, "--rules", "adam"], 2),
+    (["privacy", QUICKSTART, "--xi", "ten"], 2),
+    (["study"], 2),
+    (["plot"], 2),
+    (["bias"], 2),
+    (["resume"], 2),
+]
+
+
+def _run(tmp_path: Path, argv: list[str]) -> tuple[dict, subprocess.CompletedProcess]:
+    result = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, str(result), json.dumps(argv)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert result.is_file(), proc.stderr
+    return json.loads(result.read_text()), proc
+
+
+@pytest.mark.parametrize("argv,code", LIGHT_COMMANDS, ids=[" ".join(a[:2]) or "(none)" for a, _ in LIGHT_COMMANDS])
+def test_light_commands_import_no_torch_ray_or_matplotlib(tmp_path, argv, code):
+    out, proc = _run(tmp_path, argv)
+    assert out["rc"] == code, proc.stderr
+    assert out["heavy"] == [], f"asyncfl {' '.join(argv)} imported {out['heavy']}"
+    assert "Traceback" not in proc.stderr
+
+
+def test_argument_errors_are_one_line_naming_the_problem(tmp_path):
+    out, proc = _run(tmp_path, ["privacy", QUICKSTART, "--rules", "adam"])
+    assert out["rc"] == 2
+    assert proc.stderr.strip() == ("error: asyncfl privacy: argument --rules: invalid choice: 'adam' "
+                                   "(choose from 'ma-light', 'ma-full', 'momentum')")
+
+
+def test_python_dash_m_asyncfl_cli(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "asyncfl.cli", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: asyncfl")
+    for name in COMMANDS.names:
+        assert name in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "asyncfl.cli", "frobnicate"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "invalid choice: 'frobnicate'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_command_has_arguments_and_an_implementation():
+    assert list(ARGUMENTS) == list(COMMANDS.names)
+    assert COMMANDS.names == ("run", "resume", "validate", "bias", "scenarios", "plot", "privacy", "study")
+    for entry in COMMANDS.entries():
+        assert entry.summary, entry.name
+        assert callable(COMMANDS.load(entry.name)), entry.target
+
+
+# ---------------------------------------------------------------------------------------------
+# the import graph of the CLI, the studies, the figures and analysis/
+OWNED = ["asyncfl/cli", "asyncfl/studies", "asyncfl/figures", "asyncfl/run/bias_report.py", "analysis"]
+PROJECT = ("asyncfl", "analysis")
+
+
+def _files() -> list[Path]:
+    files: list[Path] = []
+    for item in OWNED:
+        path = REPO / item
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return files
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(tree: ast.AST) -> list[tuple[str, bool, int]]:
+    """(module, at function level?, line) of every import of a project module."""
+    out: list[tuple[str, bool, int]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                out.extend((a.name, in_function, child.lineno) for a in child.names if a.name.split(".")[0] in PROJECT)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module and child.module.split(".")[0] in PROJECT:
+                out.append((child.module, in_function, child.lineno))
+                # ``from asyncfl.run import runner`` imports the module asyncfl.run.runner
+                out.extend((f"{child.module}.{a.name}", in_function, child.lineno) for a in child.names)
+            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id == "__import__":
+                out.append(("__import__", True, child.lineno))
+            visit(child, nested)
+
+    visit(tree, False)
+    return out
+
+
+def _graph() -> tuple[dict[str, set[str]], list[str]]:
+    modules = {_module_name(p): p for p in _files()}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    function_level: list[str] = []
+    for name, path in modules.items():
+        for target, in_function, line in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if in_function:
+                function_level.append(f"{path.relative_to(REPO)}:{line} imports {target}")
+            if target in modules and target != name:
+                graph[name].add(target)
+    for entry in COMMANDS.entries():  # registry targets are imports too
+        graph["asyncfl.cli.commands"].add(entry.module)
+    return graph, function_level
+
+
+def test_no_function_level_imports_of_project_modules():
+    _, function_level = _graph()
+    assert function_level == []
+
+
+def test_library_never_imports_analysis_and_analysis_imports_only_the_library():
+    for path in sorted((REPO / "asyncfl").rglob("*.py")):
+        for target, _, line in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            assert not target.startswith("analysis"), f"{path.relative_to(REPO)}:{line} imports {target}"
+    for path in sorted((REPO / "analysis").rglob("*.py")):
+        for target, _, line in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            assert target.startswith("asyncfl") and not target.startswith("asyncfl.cli"), f"{path.relative_to(REPO)}:{line} imports {target}"
+
+
+def test_no_import_cycle_among_cli_studies_figures_and_analysis():
+    graph, _ = _graph()
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                path = stack + [node]
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt in graph and nxt not in state:
+                visit(nxt, stack + [node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])

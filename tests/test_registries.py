@@ -1,0 +1,465 @@
+"""One registry per kind of plug-in (docs/architecture.md, "Registries").
+
+Every kind — server rules, algorithms, protocols, latency models, tasks, executors, privacy
+accountants, count post-processing modes — is written down once, in
+:mod:`asyncfl.config.registries`. These tests read as the specification of that:
+
+* every registered name loads (lazily: the registries and the scenario import no torch) and the
+  object has the interface its kind promises;
+* a scenario accepts exactly the registered names of each kind, and refuses any other with a
+  message that names the field and lists every registered name — also through the CLI
+  (exit 2, no traceback);
+* what used to be unreachable from a scenario (``privacy.counts = "simplex"``) now runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asyncfl.clients import latency as latency_models
+from asyncfl.config import registries
+from asyncfl.config import scenario as sc
+from asyncfl.config.registries import (
+    ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, REGISTRIES, RULES, TASKS,
+)
+from asyncfl.errors import ScenarioError
+from asyncfl.registry import Registry
+from asyncfl.server.aggregation import Aggregate
+
+from conftest import make_raw
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the Registry type ------------------------------------------------------------------------
+def test_a_registry_knows_its_names_without_importing_them() -> None:
+    reg = Registry("widget", "section.widget", {
+        "a": "json:dumps",
+        "b": ("json:loads", "reads JSON"),
+        "c": ("json.decoder:JSONDecoder.decode", "a method, by dotted attribute"),
+    })
+    assert reg.names == ("a", "b", "c")
+    assert "a" in reg and "z" not in reg and ["a"] not in reg  # unhashable values are just "not in"
+    assert [e.summary for e in reg.entries()] == ["", "reads JSON", "a method, by dotted attribute"]
+    import json
+    import json.decoder
+
+    assert reg.load("a") is json.dumps and reg.load("b") is json.loads
+    assert reg.load("c") is json.decoder.JSONDecoder.decode
+    assert reg.load("a") is reg.load("a")
+
+
+def test_an_unknown_name_is_answered_with_the_field_and_every_name() -> None:
+    reg = Registry("widget", "section.widget", {"alpha": "json:dumps", "beta": "json:loads"})
+    msg = reg.unknown("alpah")
+    assert msg == "section.widget = 'alpah': unknown widget; did you mean 'alpha'? Allowed: alpha, beta"
+    assert reg.unknown(3) == "section.widget = 3: unknown widget. Allowed: alpha, beta"
+    with pytest.raises(KeyError, match="Allowed: alpha, beta"):
+        reg.load("gamma")
+
+
+def test_a_target_must_be_module_colon_attribute() -> None:
+    with pytest.raises(ValueError, match="module:attribute"):
+        Registry("widget", "section.widget", {"a": "json.dumps"})
+
+
+def test_only_tagged_variants_have_a_config_class() -> None:
+    assert LATENCIES.config("pareto") is sc.ParetoLatency
+    assert TASKS.config("quadratic") is sc.QuadraticTask
+    with pytest.raises(LookupError, match="no config class"):
+        RULES.config("sgd")
+    with pytest.raises(KeyError, match="Allowed: constant"):
+        LATENCIES.config("gamma")
+
+
+def test_the_registries_and_the_scenario_import_no_torch() -> None:
+    code = (
+        "import sys, asyncfl.config.registries, asyncfl.config.scenario; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_every_kind_has_one_registry_and_every_target_is_a_module_attribute() -> None:
+    fields = [reg.field for reg in REGISTRIES]
+    assert fields == [
+        "server.rule", "server.algorithm", "server.protocol", "latency.dist", "task.name",
+        "run.executor", "privacy.accountant", "privacy.counts",
+    ]
+    for reg in REGISTRIES:
+        for entry in reg.entries():
+            assert entry.module.startswith("asyncfl.") and entry.attribute, (reg.kind, entry)
+
+
+# -- every name loads and has its kind's interface ----------------------------------------------
+@pytest.mark.parametrize("name", RULES.names)
+def test_every_rule_builds_from_the_server_section_and_steps(name: str) -> None:
+    cls = RULES.load(name)
+    assert inspect.isclass(cls) and callable(cls.from_config)
+    server = sc.ServerConfig(rule=name, max_staleness=3, ma_ridge=0.0)
+    rule = cls.from_config(server)
+    assert callable(rule.init) and callable(rule.direction)
+    theta = torch.zeros(4, dtype=torch.float64)
+    state = rule.init(theta)
+    r = torch.tensor([1.0, -2.0, 0.5, 0.0], dtype=torch.float64)
+    out = rule.direction(Aggregate(step=1, r=r, weights=np.array([1.0, 0.0, 0.0, 0.0])), state)
+    assert out.direction.shape == r.shape and torch.isfinite(out.direction).all()
+    if name in ("sgd", "momentum", "nesterov", "ma-full", "ma-light"):
+        # the first step of every momentum-like rule from a zero state (W = I): m_1 = r_1 ((1+β) r_1 for Nesterov)
+        scale = 1.0 + server.beta if name == "nesterov" else 1.0
+        torch.testing.assert_close(out.direction, scale * r)
+
+
+def test_make_rule_builds_the_registered_class() -> None:
+    from asyncfl.server.compose import make_rule
+
+    for name in RULES.names:
+        assert type(make_rule(sc.ServerConfig(rule=name))) is RULES.load(name)
+    with pytest.raises(ScenarioError, match="server.rule = 'rmsprop': unknown server rule.*Allowed: sgd, momentum"):
+        make_rule(type("Server", (), {"rule": "rmsprop"})())
+
+
+@pytest.mark.parametrize("name", ALGORITHMS.names)
+def test_every_algorithm_target_is_a_builder_of_scenario_task_aggregator_rule(name: str) -> None:
+    build = ALGORITHMS.load(name)
+    assert callable(build)
+    assert list(inspect.signature(build).parameters) == ["scenario", "task", "aggregator", "rule"]
+
+
+@pytest.mark.parametrize("name", PROTOCOLS.names)
+def test_every_protocol_is_a_class_the_engine_can_drive(name: str) -> None:
+    cls = PROTOCOLS.load(name)
+    assert inspect.isclass(cls)
+    for method in ("start", "on_arrival", "on_offline"):
+        assert callable(getattr(cls, method, None)), (name, method)
+
+
+DRAWN = {  # an independent statement of each drawn model, on a fresh generator of the same seed
+    "constant": (sc.ConstantLatency(value=2.5), lambda c, rng: c.value),
+    "exponential": (sc.ExponentialLatency(mean=3.0), lambda c, rng: rng.exponential(3.0)),
+    "halfnormal": (sc.HalfNormalLatency(scale=2.0), lambda c, rng: abs(rng.normal(0.0, 2.0))),
+    "lognormal": (sc.LogNormalLatency(median=2.0, sigma=0.5), lambda c, rng: 2.0 * np.exp(0.5 * rng.standard_normal())),
+    "uniform": (sc.UniformLatency(low=0.5, high=4.0), lambda c, rng: rng.uniform(0.5, 4.0)),
+    "pareto": (sc.ParetoLatency(scale=1.5, shape=2.5), lambda c, rng: 1.5 * (1.0 + rng.pareto(2.5))),
+}
+
+
+def test_the_latency_registry_is_the_drawn_models_and_the_replayed_ones() -> None:
+    assert set(LATENCIES.names) == set(DRAWN) | {"trace", "fedscale"}
+
+
+@pytest.mark.parametrize("name", LATENCIES.names)
+def test_every_latency_model_has_its_config_class_and_a_draw(name: str) -> None:
+    config = LATENCIES.config(name)
+    assert issubclass(config, sc.Section) and config.model_fields["dist"].default == name
+    draw = LATENCIES.load(name)
+    assert callable(draw)
+    if name not in DRAWN:  # replayed / fixed per client: refused as a per-job sampler
+        cfg = config(file="x")
+        with pytest.raises(NotImplementedError, match=f"latency.dist = '{name}' is not drawn per job"):
+            latency_models.sampler(draw, cfg)
+        return
+    cfg, reference = DRAWN[name]
+    rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
+    sample = latency_models.sampler(draw, cfg)
+    got = [sample(rng_a) for _ in range(50)]
+    want = [float(reference(cfg, rng_b)) for _ in range(50)]
+    assert got == want  # bit for bit, and the generators are left in the same state
+    assert rng_a.random() == rng_b.random()
+    assert all(x >= 0 for x in got)
+
+
+TINY_TASKS = {
+    "quadratic": {"dim": 3, "samples_per_client": 5},
+    "synthetic": {"dim": 5, "classes": 3},
+    "digits": {},
+    "gaussian-mlp": {"dim": 4, "classes": 3, "samples_per_client": 5, "hidden": 4},
+    "mnist1d": {"samples": 200, "hidden": 8},
+}
+
+
+def test_the_task_registry_is_exactly_the_tasks_tested_here() -> None:
+    assert TASKS.names == tuple(TINY_TASKS)
+
+
+@pytest.mark.parametrize("name", TASKS.names)
+def test_every_task_builder_builds_its_config(name: str) -> None:
+    from asyncfl.tasks import Task, build_task
+
+    config = TASKS.config(name)
+    assert config.model_fields["name"].default == name
+    builder = TASKS.load(name)
+    assert callable(builder)
+    cfg = config(**TINY_TASKS[name])
+    task = builder(cfg, 3, 0)
+    assert isinstance(task, Task) and task.num_clients == 3
+    assert torch.equal(build_task(cfg, 3, 0).initial_theta, task.initial_theta)
+
+
+def test_build_task_refuses_an_unregistered_name_listing_every_task() -> None:
+    from asyncfl.tasks import build_task
+
+    with pytest.raises(ScenarioError) as err:
+        build_task(type("Cfg", (), {"name": "imagenet"})(), 2, 0)
+    assert str(err.value).count("task.name = 'imagenet'") == 1
+    assert "Allowed: " + ", ".join(TASKS.names) in str(err.value)
+
+
+@pytest.mark.parametrize("name", EXECUTORS.names)
+def test_every_executor_target_builds_from_task_client_run_recipe(name: str) -> None:
+    build = EXECUTORS.load(name)
+    assert list(inspect.signature(build).parameters) == ["task", "client", "run", "recipe"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", ["inline", "threads"])
+async def test_the_in_process_executors_train_a_job(name: str) -> None:
+    from asyncfl.compute.compose import make_executor
+    from asyncfl.compute.executors import InlineExecutor, ThreadExecutor
+    from asyncfl.compute.training import LocalJob, local_train
+    from asyncfl.tasks import build_task
+
+    scenario = sc.validate(make_raw(**{"run.executor": name, "run.workers": 2}))
+    task = build_task(scenario.task, scenario.population.clients, scenario.seed)
+    executor = make_executor(task, scenario.client, scenario.run, scenario)
+    assert type(executor) is {"inline": InlineExecutor, "threads": ThreadExecutor}[name]
+    job = LocalJob(1, task.initial_theta, task.initial_theta, 0.0, 11)
+    try:
+        got = await executor.submit(job)
+    finally:
+        await executor.aclose()
+    assert torch.equal(got, local_train(task, scenario.client, job))
+
+
+def test_make_executor_refuses_an_unregistered_name() -> None:
+    from asyncfl.compute.compose import make_executor
+
+    run = sc.RunConfig().model_copy(update={"executor": "mpi"})  # bypasses validation on purpose
+    with pytest.raises(ScenarioError, match="run.executor = 'mpi': unknown executor. Allowed: inline, threads, processes, ray"):
+        make_executor(None, sc.ClientConfig(local_steps=1), run)
+
+
+@pytest.mark.parametrize("name", ACCOUNTANTS.names)
+def test_every_accountant_bounds_epsilon_like_dp_accounting(name: str) -> None:
+    import dp_accounting
+    from dp_accounting import rdp
+
+    from asyncfl.privacy.accounting import epsilon_spent
+
+    epsilon = ACCOUNTANTS.load(name)
+    sigma, delta, q, steps = 1.2, 1e-5, 0.05, 20
+    eps = epsilon(sigma, delta, q, steps)
+    assert eps == epsilon_spent(sigma, delta, q, steps, name)
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    eps_rdp = rdp.RdpAccountant().compose(event).get_epsilon(delta)
+    if name == "rdp":
+        assert eps == pytest.approx(eps_rdp, rel=1e-12)
+    else:  # PLD: an upper bound, tighter than RDP
+        assert 0 < eps < eps_rdp
+
+
+def test_epsilon_spent_refuses_an_unregistered_accountant() -> None:
+    from asyncfl.privacy.accounting import epsilon_spent
+
+    with pytest.raises(ScenarioError, match="privacy.accountant = 'gdp': unknown privacy accountant.*Allowed: pld, rdp"):
+        epsilon_spent(1.0, 1e-5, 0.1, 10, "gdp")
+
+
+C_HAT = np.array([3.5, -1.0, 0.7, 0.8, -0.2])  # one noisy row, buffer C = 4
+
+
+def _is_simplex_projection(v: np.ndarray, x: np.ndarray, C: float) -> bool:
+    """KKT conditions of argmin ‖x − v‖² over {x ≥ 0, Σx = C}: x = max(v − θ, 0) for one θ."""
+    if not (np.all(x >= 0) and np.isclose(x.sum(), C)):
+        return False
+    pos = x > 0
+    theta = (v - x)[pos]
+    return bool(np.allclose(theta, theta[0]) and np.all(v[~pos] <= theta[0] + 1e-12))
+
+
+@pytest.mark.parametrize("name", COUNT_MODES.names)
+def test_every_count_mode_post_processes_one_row(name: str) -> None:
+    from asyncfl.privacy.mechanism import postprocess_counts
+
+    mode = COUNT_MODES.load(name)
+    c_hat = C_HAT.copy()
+    out = mode(c_hat, 4)
+    np.testing.assert_array_equal(c_hat, C_HAT)  # the input is not modified
+    assert out is not c_hat and out.dtype == np.float64 and out.shape == c_hat.shape
+    np.testing.assert_array_equal(postprocess_counts(C_HAT, 4, name), out)
+    clamped = np.where(C_HAT > 0, C_HAT, 0.0)
+    if name == "raw":
+        np.testing.assert_array_equal(out, C_HAT)
+    elif name == "clamp":
+        np.testing.assert_array_equal(out, clamped)
+    elif name == "project":  # clamp, then rescale to sum C
+        assert np.all(out >= 0) and out.sum() == pytest.approx(4.0)
+        np.testing.assert_allclose(out, clamped * 4.0 / clamped.sum())
+    else:  # simplex: the Euclidean projection onto {c ≥ 0, Σc = C}
+        assert name == "simplex"
+        assert np.all(out >= 0) and out.sum() == pytest.approx(4.0)
+        assert _is_simplex_projection(C_HAT, out, 4.0)
+        np.testing.assert_allclose(out, [3.5 - 1 / 3, 0.0, 0.7 - 1 / 3, 0.8 - 1 / 3, 0.0])  # θ = 1/3 by hand
+        # never farther from any point of the simplex than the noisy row, e.g. the true counts
+        truth = np.array([2.0, 0.0, 1.0, 1.0, 0.0])
+        assert np.linalg.norm(out - truth) <= np.linalg.norm(C_HAT - truth)
+
+
+def test_project_spreads_an_empty_row_uniformly() -> None:
+    out = COUNT_MODES.load("project")(np.array([-1.0, -0.5, -2.0, -0.1]), 6)
+    np.testing.assert_array_equal(out, [1.5, 1.5, 1.5, 1.5])
+
+
+def test_postprocess_counts_refuses_an_unregistered_mode() -> None:
+    from asyncfl.privacy.mechanism import postprocess_counts
+
+    with pytest.raises(ScenarioError, match="privacy.counts = 'median': unknown count post-processing.*Allowed: raw, clamp, project, simplex"):
+        postprocess_counts(C_HAT, 4, "median")
+
+
+# -- the scenario accepts exactly the registered names -------------------------------------------
+def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
+    """A valid raw scenario (conftest's tiny one) with ``field = name`` and whatever else that
+    name needs to be valid."""
+    raw = make_raw()
+    section, key = field.split(".")
+    if field == "task.name":
+        raw["task"] = {"name": name}
+        return raw
+    if field == "latency.dist":
+        raw["latency"] = {"dist": name}
+        if name in ("trace", "fedscale"):
+            raw["population"]["speed_sigma"] = 0.0
+            if name == "trace":
+                (tmp_path / "updates.csv").write_text("seq\n")
+                raw["latency"]["file"] = str(tmp_path / "updates.csv")
+            else:
+                raw["latency"]["file"] = "asyncfl:fedscale_sample_devices.pkl"
+        return raw
+    raw.setdefault(section, {})[key] = name
+    if field == "server.protocol" and name == "sync":
+        raw["server"].pop("concurrency")
+    if field == "server.algorithm" and name != "fedavg":
+        raw["server"]["protocol"] = "sync"
+        raw["server"].pop("concurrency")
+        raw["client"]["mu"] = 0.1
+    if field.startswith("privacy."):
+        raw["privacy"].update(enabled=True, noise_multiplier=0.5, xi=1.0)
+    return raw
+
+
+CHOSEN = [(reg.field, reg) for reg in REGISTRIES]
+
+
+@pytest.mark.parametrize("field,registry", CHOSEN, ids=[f for f, _ in CHOSEN])
+def test_the_scenario_accepts_every_registered_name(field: str, registry: Registry, tmp_path: Path) -> None:
+    section, key = field.split(".")
+    for name in registry.names:
+        scenario = sc.validate(_raw_for(field, name, tmp_path))
+        assert getattr(getattr(scenario, section), key) == name
+
+
+@pytest.mark.parametrize("field,registry", CHOSEN, ids=[f for f, _ in CHOSEN])
+def test_the_scenario_refuses_any_other_name_listing_the_registered_ones(field: str, registry: Registry, tmp_path: Path) -> None:
+    raw = _raw_for(field, registry.names[0], tmp_path)
+    section, key = field.split(".")
+    raw.setdefault(section, {})[key] = "bogus"
+    with pytest.raises(ScenarioError) as err:
+        sc.validate(raw)
+    problems = [p for p in err.value.problems if p.startswith(f"{field} = 'bogus'")]
+    assert len(problems) == 1, err.value.problems
+    assert _listed(problems[0]) == set(registry.names)
+
+
+def test_the_allowed_values_of_plain_keys_are_the_registries_names() -> None:
+    for registry in (RULES, ALGORITHMS, PROTOCOLS, EXECUTORS, ACCOUNTANTS, COUNT_MODES):
+        section, key = registry.field.split(".")
+        model = sc.SECTIONS[section]
+        assert typing.get_args(model.model_fields[key].annotation) == registry.names, registry.field
+    for section, (registry, default) in sc.TAGGED.items():
+        assert registry.field.startswith(f"{section}.") and default in registry
+
+
+def _listed(message: str) -> set[str]:
+    """The names a refusal lists: ``must be 'a', 'b' or 'c'`` or ``Allowed: a, b, c``."""
+    text = message.split("Allowed:", 1)[1] if "Allowed:" in message else message.split("must be", 1)[1]
+    if "Allowed:" in message:
+        return {part.strip() for part in text.split(",")}
+    return set(re.findall(r"'([^']*)'", text))
+
+
+# -- through the CLI -------------------------------------------------------------------------------
+CLI_FIELDS = [
+    (RULES.field, RULES), (LATENCIES.field, LATENCIES), (TASKS.field, TASKS),
+    (EXECUTORS.field, EXECUTORS), (COUNT_MODES.field, COUNT_MODES), (ACCOUNTANTS.field, ACCOUNTANTS),
+    (ALGORITHMS.field, ALGORITHMS), (PROTOCOLS.field, PROTOCOLS),
+]
+
+
+def _asyncfl() -> list[str]:
+    script = Path(sys.executable).with_name("asyncfl")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "asyncfl.cli.main"]
+
+
+@pytest.mark.parametrize("field,registry", CLI_FIELDS, ids=[f for f, _ in CLI_FIELDS])
+def test_cli_validate_refuses_an_unknown_name_with_exit_2_and_every_allowed_name(field: str, registry: Registry) -> None:
+    proc = subprocess.run(
+        [*_asyncfl(), "validate", "scenarios/quickstart.toml", "--set", f"{field}=bogus"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "400", "NO_COLOR": "1"},
+    )
+    err = " ".join(proc.stderr.split())  # immune to line wrapping
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{field} = 'bogus'" in err, err
+    after = err.split(f"{field} = 'bogus'", 1)[1]
+    line = after.split(" - ", 1)[0]  # this problem's line only
+    assert _listed(line) == set(registry.names), line
+
+
+# -- what the registries made reachable ---------------------------------------------------------
+def test_simplex_counts_are_accepted_and_a_private_run_uses_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncfl.privacy import aggregator as private_aggregator
+    from asyncfl.privacy.mechanism import project_simplex
+    from asyncfl.server.aggregation import weight_row
+    from asyncfl.sim.engine import run_blocking
+
+    raw = make_raw(**{"run.steps": 6, "run.eval_every": 6})
+    raw["privacy"] = {"enabled": True, "clip": 1.0, "noise_multiplier": 0.5, "xi": 1.0, "counts": "simplex"}
+    scenario = sc.validate(raw)
+    assert scenario.privacy.counts == "simplex"
+
+    seen: list[Aggregate] = []
+    real = private_aggregator.PrivateAggregator.aggregate
+
+    def spy(self, step, updates, rng):
+        out = real(self, step, updates, rng)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(private_aggregator.PrivateAggregator, "aggregate", spy)
+    sim = run_blocking(scenario)
+    assert sim.steps_done == 6 and len(seen) == 6
+    C, p = scenario.server.buffer, scenario.server.staleness_exponent
+    for aggregate in seen:
+        counts = project_simplex(aggregate.raw_counts, C)
+        assert _is_simplex_projection(aggregate.raw_counts, counts, C)
+        np.testing.assert_allclose(aggregate.weights, weight_row(counts, C, p), rtol=0, atol=0)
+    assert torch.isfinite(sim.theta).all()
+
+
+def test_registries_module_lists_every_registry() -> None:
+    found = {name for name, value in vars(registries).items() if isinstance(value, Registry)}
+    assert found == {"RULES", "ALGORITHMS", "PROTOCOLS", "LATENCIES", "TASKS", "EXECUTORS", "ACCOUNTANTS", "COUNT_MODES"}
+    assert len(REGISTRIES) == len(found)
