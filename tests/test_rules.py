@@ -88,3 +88,56 @@ def test_make_rule_reads_the_server_section():
     scenario = make_scenario({"server.rule": "nesterov", "server.beta": 0.3})
     rule = make_rule(scenario.server)
     assert isinstance(rule, Nesterov) and rule.beta == 0.3
+
+
+RULE_NAMES = ["sgd", "momentum", "nesterov", "adam", "ma-full", "ma-light"]
+
+
+def _snapshot(state):
+    """A deep copy of a state tree's tensors and arrays (to see whether anything wrote into it)."""
+    if isinstance(state, torch.Tensor):
+        return state.clone()
+    if isinstance(state, np.ndarray):
+        return state.copy()
+    if isinstance(state, tuple):
+        return type(state)(*map(_snapshot, state)) if hasattr(state, "_fields") else tuple(map(_snapshot, state))
+    return state
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("name", RULE_NAMES)
+def test_pure_rules_never_write_into_the_state_they_are_given(name):
+    """A rule that does not declare ``in_place_state`` leaves every state it was handed exactly as
+    it was: re-running a step from an old state gives the same direction (the optax contract)."""
+    rule = make_rule(make_scenario({"server.rule": name}).server)
+    rs = _sequence(steps=12)
+    state = rule.init(torch.zeros(7, dtype=torch.float64))
+    history = []
+    for t, r in enumerate(rs, start=1):
+        history.append((t, r, state, _snapshot(state)))
+        state = rule.direction(Aggregate(t, r, np.array([0.6, 0.3, 0.1])), state).state
+    if rule.in_place_state:
+        assert name == "ma-full"  # the one rule that declares it; its guard is tested in test_ma.py
+        return
+    for t, r, old, copy in history:
+        assert _same(old, copy), f"{name} wrote into the state of step {t - 1}"
+    t, r, old, _ = history[5]  # the same step again from its old state: the same direction
+    again = rule.direction(Aggregate(t, r, np.array([0.6, 0.3, 0.1])), old)
+    fresh_state = rule.init(torch.zeros(7, dtype=torch.float64))
+    for s, rr in enumerate(rs[: t - 1], start=1):
+        fresh_state = rule.direction(Aggregate(s, rr, np.array([0.6, 0.3, 0.1])), fresh_state).state
+    assert torch.equal(again.direction, rule.direction(Aggregate(t, r, np.array([0.6, 0.3, 0.1])), fresh_state).direction)
+
+
+def test_ma_full_declares_its_in_place_buffers_and_no_other_rule_does():
+    declared = {name for name in RULE_NAMES if make_rule(make_scenario({"server.rule": name}).server).in_place_state}
+    assert declared == {"ma-full"}

@@ -56,7 +56,7 @@ import scipy.linalg.lapack
 import torch
 
 from asyncfl.server.aggregation import Aggregate
-from asyncfl.server.rules import RuleOutput
+from asyncfl.server.rules import RuleOutput, ServerRule
 
 TargetKind = Literal["momentum", "nesterov"]
 TARGETS: tuple[str, ...] = ("momentum", "nesterov")
@@ -402,7 +402,7 @@ def version_row(weights: np.ndarray, t: int) -> np.ndarray:
     return row
 
 
-class _MARule:
+class _MARule(ServerRule):
     """What both MA rules share: the target, its validation and the step bookkeeping."""
 
     def __init__(self, beta: float, target: TargetKind = "momentum") -> None:

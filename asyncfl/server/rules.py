@@ -54,7 +54,7 @@ class EmptyState(NamedTuple):
     pass
 
 
-class SGD:
+class SGD(ServerRule):
     """``m_t = r_t``; target ``M = I``."""
 
     @classmethod
@@ -73,7 +73,7 @@ class TraceState(NamedTuple):
     started: bool
 
 
-class Momentum:
+class Momentum(ServerRule):
     """Heavy ball: ``m_t = β m_{t−1} + r_t``, ``m_0 = 0``; target ``M[t,s] = β^(t−s)``.
     Identical to ``torch.optim.SGD(momentum=β, dampening=0)``."""
 
@@ -93,7 +93,7 @@ class Momentum:
         return RuleOutput(m, TraceState(m, True))
 
 
-class Nesterov:
+class Nesterov(ServerRule):
     """``h_t = β h_{t−1} + r_t``, ``m_t = r_t + β h_t``; target ``1+β`` at ``s = t``,
     ``β^(t−s+1)`` for ``s < t``. Identical to ``torch.optim.SGD(momentum=β, nesterov=True)``."""
 
@@ -118,7 +118,7 @@ class AdamState(NamedTuple):
     nu: torch.Tensor
 
 
-class Adam:
+class Adam(ServerRule):
     """Adam on ``r_t`` (as ``torch.optim.Adam``): ``m_t = m̂_t / (√v̂_t + ε)`` with bias-corrected
     first and second moments."""
 
