@@ -18,6 +18,11 @@ class ScenarioError(AsyncFLError, ValueError):
         super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
+class UsageError(AsyncFLError):
+    """A command line that cannot be carried out as given (an argument, an option's value, a
+    missing optional dependency): exit code 2."""
+
+
 class RunDirError(AsyncFLError):
     """A run directory is missing, incomplete, from another version, or would be overwritten."""
 

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import copy
+import os
+
+# Ray binds a local instance to the machine's external address unless this is set (read when
+# ray is imported): tests only ever talk to loopback addresses.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 from typing import Any
 
 import pytest

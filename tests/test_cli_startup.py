@@ -94,7 +94,7 @@ def test_python_dash_m_asyncfl_cli(tmp_path):
 
 def test_every_command_has_arguments_and_an_implementation():
     assert list(ARGUMENTS) == list(COMMANDS.names)
-    assert COMMANDS.names == ("run", "resume", "validate", "bias", "scenarios", "plot", "privacy", "study")
+    assert COMMANDS.names == ("run", "resume", "validate", "bias", "scenarios", "plot", "privacy", "study", "sweep")
     for entry in COMMANDS.entries():
         assert entry.summary, entry.name
         assert callable(COMMANDS.load(entry.name)), entry.target

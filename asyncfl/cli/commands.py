@@ -27,6 +27,7 @@ COMMANDS: Registry[Callable[[argparse.Namespace], int]] = Registry("command", "C
     "plot": ("asyncfl.cli.plot:cmd_plot", "learning curves of one or more runs against steps and virtual time"),
     "privacy": ("asyncfl.cli.privacy:cmd_privacy", "privacy–utility sweep over ξ (or γ) at the scenario's fixed (ε, δ)"),
     "study": ("asyncfl.cli.study:cmd_study", "momentum-approximation study: tune, run, results.csv and report.md"),
+    "sweep": ("asyncfl.cli.sweep:cmd_sweep", "a grid of scenario keys × seeds, run in parallel: results.csv, summary.csv with 95%% CIs"),
 })
 
 
@@ -81,13 +82,35 @@ def privacy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="seeds (default: the scenario's)")
     p.add_argument("--out", help="output directory (default: runs/privacy-NAME-TIMESTAMP)")
     p.add_argument("--overwrite", action="store_true", help="allow --out to hold an earlier sweep")
+    _placement(p)
     _quiet(p, "no progress bar and no table")
+
+
+def _placement(p: argparse.ArgumentParser) -> None:
+    """Where the runs go (docs/architecture.md §9)."""
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="runs at once in local worker processes (default: the machine's cores; 1 = in this process); "
+                        "with --ray: the CPUs of the local Ray instance")
+    p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: 'auto' starts a local instance, HOST:PORT joins a cluster "
+                                                    "(pip install 'asyncfl[ray]')")
+
+
+def sweep_args(p: argparse.ArgumentParser) -> None:
+    _scenario_args(p)
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="a scenario key and its values (repeatable: the cartesian product is run)")
+    p.add_argument("--seeds", help="seeds, e.g. 0-4 or 0,2,5 (default: the scenario's seed)")
+    p.add_argument("--out", required=True, help="sweep directory (rerunning the same command resumes it)")
+    p.add_argument("--extend", action="store_true", help="add points to the sweep in --out (its grid must be a subset)")
+    _placement(p)
+    _quiet(p, "no progress display and no table")
 
 
 def study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="study spec TOML (see analysis/study_small.toml)")
     p.add_argument("--out", required=True, help="study directory (resumable: completed runs are kept)")
     p.add_argument("--check", action="store_true", help="validate the spec and every scenario it implies, run nothing")
+    _placement(p)
     _quiet(p, "no progress bar")
 
 
@@ -95,6 +118,7 @@ def study_args(p: argparse.ArgumentParser) -> None:
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "run": run_args, "resume": resume_args, "validate": validate_args, "bias": bias_args,
     "scenarios": scenarios_args, "plot": plot_args, "privacy": privacy_args, "study": study_args,
+    "sweep": sweep_args,
 }
 
 

@@ -67,3 +67,49 @@ def summary_table(summary: dict[str, Any], out: Any) -> Table:
             continue
         table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
     return table
+
+
+class RunsDisplay:
+    """Progress over many runs (``sweep``, ``study``, ``privacy``): done / running / failed and
+    the ETA. On a terminal a live bar; otherwise (a log file, CI) one plain line per finished
+    run. Call :meth:`start` with the number of runs and the runs at once, :meth:`finished` per
+    outcome, :meth:`close` at the end."""
+
+    def __init__(self, label: str, quiet: bool = False) -> None:
+        self.label, self.quiet = label, quiet
+        self.live = err_console.is_terminal and not quiet
+        self._progress: Progress | None = None
+        self._bar: Any = None
+        self.total = self.slots = 0
+
+    def start(self, total: int, slots: int) -> None:
+        self.total, self.slots = total, slots
+        if self.live:
+            self._progress = Progress(
+                TextColumn(f"[bold]{self.label}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[state]}", markup=False), TimeElapsedColumn(),
+                TextColumn("ETA {task.fields[eta]}", markup=False), console=err_console, transient=False,
+            )
+            self._progress.start()
+            self._bar = self._progress.add_task(self.label, total=total, state="", eta="–")
+        elif not self.quiet:
+            warn(f"{self.label}: {total} runs, {slots} at a time")
+
+    def finished(self, name: str, status: str, wall: float, done: int, failed: int, reused: bool, eta: float) -> None:
+        running = min(self.slots, self.total - done)
+        eta_text = "–" if eta != eta else _clock(eta)
+        state = f"{running} running, {failed} failed"
+        if self._progress is not None:
+            self._progress.update(self._bar, completed=done, state=state, eta=eta_text)
+        elif not self.quiet:
+            how = "kept" if reused else f"{wall:.1f} s"
+            warn(f"[{done:>{len(str(self.total))}}/{self.total}] {status:<9} {name} ({how}; {state}, ETA {eta_text})")
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

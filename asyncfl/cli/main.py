@@ -20,13 +20,9 @@ from asyncfl import __version__
 from asyncfl.cli.commands import COMMANDS, add_commands
 from asyncfl.cli.console import fault, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_NUMERICAL, EXIT_OK, EXIT_USAGE
-from asyncfl.errors import AsyncFLError, NumericalFault
+from asyncfl.errors import AsyncFLError, NumericalFault, UsageError
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_NUMERICAL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main"]
-
-
-class UsageError(AsyncFLError):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):

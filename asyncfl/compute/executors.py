@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import itertools
 import multiprocessing as mp
+import os
 import pickle
 import threading
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
@@ -339,6 +340,8 @@ class RayExecutor:
     def __init__(self, task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None = None) -> None:
         import uuid
 
+        if not run.ray_address:  # a local instance listens on loopback only (read when ray is imported)
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
 
         self._ray = ray

@@ -1,0 +1,341 @@
+"""Many runs at once: the runner behind ``asyncfl sweep``, ``asyncfl study`` and ``asyncfl
+privacy`` (docs/architecture.md §9).
+
+A :class:`RunJob` is a scenario and the run directory it goes to. :func:`run_jobs` runs a list
+of them on a :class:`Backend` and reports each :class:`RunOutcome` as it finishes:
+
+* :class:`InProcess` — one after another in this process (``--workers 1``);
+* :class:`ProcessPool` — ``N`` spawned worker processes on this machine, each importing torch
+  once and running job after job; they write their run directories directly;
+* :class:`RayPool` — Ray tasks, on a local instance (``--ray auto``) or an existing cluster
+  (``--ray ADDRESS``). A Ray worker may run on a node that does not share this filesystem, so
+  it runs in a temporary directory of its own and sends the run directory's files back; the
+  driver writes them (:func:`run_shipped`). For a resume the driver sends the files it has.
+
+Every job does exactly what ``asyncfl run`` / ``asyncfl resume`` would do for that directory
+(:func:`run_job`): a completed, diverged or stalled run is read back, not run again; a run with
+a checkpoint is resumed from it; a run killed before its first checkpoint restarts in place. So
+each run's files are the files of that point run alone (wall times aside), and rerunning a
+killed sweep resumes it. A run that diverges or fails is an outcome with its status and message;
+it never stops the others.
+
+Worker processes die with the driver (:func:`asyncfl.compute.lifetime.die_with_parent`): a
+killed sweep leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol
+
+from asyncfl.compute.lifetime import die_with_parent
+from asyncfl.config.scenario import Scenario
+from asyncfl.errors import AsyncFLError, NumericalFault, RunDirError, SimulationStalled, UsageError
+from asyncfl.run import runner
+from asyncfl.run.rundir import atomic_write
+
+#: statuses after which a run is not run again
+FINAL_STATUSES = ("completed", "diverged", "stalled")
+
+
+class RunJob(NamedTuple):
+    """One run: ``scenario`` into the directory ``out`` (named ``name`` in tables). ``after``
+    (a module-level function, so that it travels to a worker) is called with the run directory
+    once the run has ended, whatever its status (``asyncfl sweep`` draws ``metrics.png`` there,
+    as ``asyncfl run`` does)."""
+
+    name: str
+    scenario: Scenario
+    out: Path
+    after: Callable[[Path], None] | None = None
+
+
+class RunOutcome(NamedTuple):
+    """How a job ended: ``status`` (completed, diverged, stalled, failed, interrupted), a
+    one-line ``message`` for anything but completed, its ``summary.json`` (``{}`` if none), the
+    wall time spent on it in this call (0 when it was read back), and ``reused`` when the run
+    directory already held a finished run."""
+
+    name: str
+    out: Path
+    status: str
+    message: str
+    summary: dict[str, Any]
+    wall: float
+    reused: bool = False
+
+
+def read_summary(out: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((Path(out) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def run_job(job: RunJob) -> RunOutcome:
+    """Run, resume or read back ``job``'s directory (see the module docstring)."""
+    start = time.perf_counter()
+    out = Path(job.out)
+    done = read_summary(out)
+    if done.get("status") in FINAL_STATUSES and (out / "scenario.toml").is_file():
+        return RunOutcome(job.name, out, done["status"], str(done.get("error", "")), done, 0.0, True)
+    status, message = "completed", ""
+    try:
+        if (out / "scenario.toml").is_file():
+            runner.resume_dir_blocking(out)
+        else:
+            runner.run_to_dir_blocking(job.scenario, out, overwrite=True)
+    except runner.AlreadyCompleted:
+        pass
+    except NumericalFault as exc:
+        status, message = "diverged", str(exc)
+    except SimulationStalled as exc:
+        status, message = "stalled", str(exc)
+    except AsyncFLError as exc:
+        status, message = "failed", str(exc).replace("\n", " ")
+    except Exception as exc:  # a bug or a worker crash: recorded, the other runs go on
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        status, message = "failed", f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"
+    summary = read_summary(out)
+    if status == "completed" and summary.get("status") not in (None, "completed"):
+        status = str(summary["status"])
+    if job.after is not None and (out / "metrics.csv").is_file():
+        job.after(out)
+    return RunOutcome(job.name, out, status, message, summary, time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------------------------------------
+# shipping a run directory (a cluster without a shared filesystem)
+SHIPPED_LIMIT = 2**30  # bytes of one run directory sent either way
+
+
+def pack(out: Path) -> dict[str, bytes]:
+    """The files of a run directory (not its temporaries), by name."""
+    out = Path(out)
+    if not out.is_dir():
+        return {}
+    files = {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file() and not p.name.startswith(".")}
+    if sum(map(len, files.values())) > SHIPPED_LIMIT:
+        raise RunDirError(f"{out}: more than {SHIPPED_LIMIT} bytes to send to a worker")
+    return files
+
+
+def unpack(files: dict[str, bytes], out: Path) -> None:
+    """Write ``files`` into ``out`` atomically, file by file, and remove the files of ``out``
+    that ``files`` does not hold (the worker's directory is the run's directory)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        if "/" in name or name.startswith("."):
+            raise RunDirError(f"a worker sent a file named {name!r}")
+        atomic_write(out / name, lambda p, data=data: p.write_bytes(data))
+    for p in out.iterdir():
+        if p.is_file() and not p.name.startswith(".") and p.name not in files:
+            p.unlink()
+
+
+def run_shipped(job: RunJob, files: dict[str, bytes]) -> tuple[RunOutcome, dict[str, bytes]]:
+    """:func:`run_job` in a private temporary directory seeded with ``files`` (what the driver
+    holds of the run directory); returns the outcome and the finished directory's files."""
+    with tempfile.TemporaryDirectory(prefix="asyncfl-run-") as tmp:
+        local = Path(tmp) / "run"
+        if files:
+            unpack(files, local)
+        outcome = run_job(job._replace(out=local))
+        return outcome._replace(out=Path(job.out)), pack(local)
+
+
+# ---------------------------------------------------------------------------------------------
+# backends
+class Backend(Protocol):
+    """Where the jobs run. ``slots`` is how many run at once."""
+
+    slots: int
+
+    def run(self, jobs: list[RunJob]) -> Iterator[RunOutcome]:
+        """Run every job, yielding outcomes in the order they finish."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InProcess:
+    """One job after another, in this process."""
+
+    slots = 1
+
+    def run(self, jobs: list[RunJob]) -> Iterator[RunOutcome]:
+        for job in jobs:
+            yield run_job(job)
+
+    def close(self) -> None:
+        return None
+
+
+def _worker_init(parent: int, threads: int) -> None:
+    die_with_parent(parent)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
+class ProcessPool:
+    """``workers`` spawned processes on this machine (they die with this one)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise UsageError(f"--workers {workers}: must be at least 1")
+        self.slots = workers
+        self._pool = cf.ProcessPoolExecutor(
+            max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(), 1),
+        )
+
+    def run(self, jobs: list[RunJob]) -> Iterator[RunOutcome]:
+        futures = {self._pool.submit(run_job, job): job for job in jobs}
+        for fut in cf.as_completed(futures):
+            job = futures[fut]
+            try:
+                yield fut.result()
+            except Exception as exc:  # the worker process died (killed, out of memory)
+                yield RunOutcome(job.name, Path(job.out), "failed", f"worker process lost: {type(exc).__name__}: {exc}",
+                                 read_summary(Path(job.out)), 0.0)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+RAY_CONNECT_TIMEOUT = 30.0  # seconds to reach a cluster given by address before giving up
+
+
+class RayPool:
+    """Ray tasks (one CPU each) on a local instance (``address = "auto"``: started here with
+    ``cpus`` CPUs, and stopped at :meth:`close`) or on the cluster at ``address``. Run
+    directories travel to and from the workers (:func:`run_shipped`)."""
+
+    def __init__(self, address: str, cpus: int | None = None) -> None:
+        if address == "auto":  # a local instance listens on loopback only (read when ray is imported)
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        try:
+            import ray
+        except ImportError:
+            raise UsageError("--ray: Ray is not installed; install it with: pip install 'asyncfl[ray]'") from None
+        self._ray = ray
+        self._owns = False
+        if not ray.is_initialized():
+            if address == "auto":
+                ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            else:
+                _check_reachable(address)
+                ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            self._owns = True
+        self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(run_shipped)
+
+    def run(self, jobs: list[RunJob]) -> Iterator[RunOutcome]:
+        ray = self._ray
+        refs = {self._remote.remote(job, pack(Path(job.out))): job for job in jobs}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            job = refs[done[0]]
+            try:
+                outcome, files = ray.get(done[0])
+                unpack(files, Path(job.out))
+            except Exception as exc:  # the task or its node died
+                outcome = RunOutcome(job.name, Path(job.out), "failed", f"Ray task lost: {type(exc).__name__}: {exc}",
+                                     read_summary(Path(job.out)), 0.0)
+            yield outcome
+
+    def close(self) -> None:
+        if self._owns and self._ray.is_initialized():
+            self._ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse, within :data:`RAY_CONNECT_TIMEOUT`, an address whose host:port does not answer
+    (``ray.init`` itself can wait for minutes)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--ray {address}: expected 'auto' or HOST:PORT (the cluster's GCS address, e.g. 10.0.0.5:6379)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=min(RAY_CONNECT_TIMEOUT, 5.0)):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
+
+
+def make_backend(workers: int | None = None, ray: str | None = None) -> Backend:
+    """``--ray ADDRESS|auto`` → :class:`RayPool`; else ``--workers N`` (default: the machine's
+    cores) → :class:`ProcessPool`, or :class:`InProcess` for one worker."""
+    if ray is not None:
+        return RayPool(ray, cpus=workers)
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    return InProcess() if n == 1 else ProcessPool(n)
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Progress:
+    """Counts the driver reports while jobs run."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    reused: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    run_wall: list[float] = field(default_factory=list)
+
+    def eta(self, running: int) -> float:
+        """Seconds left: the mean wall time of the runs done here × runs left ÷ slots."""
+        left = self.total - self.done
+        if not self.run_wall or left <= 0:
+            return 0.0 if left <= 0 else float("nan")
+        return sum(self.run_wall) / len(self.run_wall) * left / max(running, 1)
+
+
+def run_jobs(jobs: Iterable[RunJob], backend: Backend,
+             on_outcome: Callable[[RunOutcome, Progress], None] | None = None) -> list[RunOutcome]:
+    """Run ``jobs`` on ``backend``; returns their outcomes in the order of ``jobs``. Jobs whose
+    directory holds a finished run are read back here, without a worker."""
+    jobs = list(jobs)
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError("run_jobs: two jobs share a name")
+    progress = Progress(total=len(jobs))
+    outcomes: dict[str, RunOutcome] = {}
+
+    def record(outcome: RunOutcome) -> None:
+        outcomes[outcome.name] = outcome
+        progress.done += 1
+        progress.failed += outcome.status not in ("completed",)
+        progress.reused += outcome.reused
+        if not outcome.reused:
+            progress.run_wall.append(outcome.wall)
+        if on_outcome is not None:
+            on_outcome(outcome, progress)
+
+    todo = []
+    for job in jobs:
+        done = read_summary(Path(job.out))
+        if done.get("status") in FINAL_STATUSES and (Path(job.out) / "scenario.toml").is_file():
+            record(run_job(job))  # reads it back
+        else:
+            todo.append(job)
+    for outcome in backend.run(todo):
+        record(outcome)
+    return [outcomes[name] for name in names]
+
+
+def remove_run(out: Path) -> None:
+    """Delete a run directory (a sweep whose grid shrank, when asked to)."""
+    shutil.rmtree(out, ignore_errors=True)

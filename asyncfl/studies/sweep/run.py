@@ -1,0 +1,215 @@
+"""``asyncfl sweep``: run a grid of scenario keys × seeds and tabulate it (docs/architecture.md §9).
+
+The sweep directory::
+
+    sweep.toml    the command: scenario file (and its SHA-256), --set overrides, grid, seeds
+    results.csv   one row per run: the varied keys, seed, status, message, final metrics,
+                  virtual and wall time, the run's own bias and every rule's, ε spent, run_dir
+    summary.csv   one row per grid point: runs, completed, and for each metric the mean and the
+                  half-width of its 95 % confidence interval over the completed seeds
+    runs/NAME/    each run's directory, exactly what `asyncfl run` writes for that point
+
+Rerunning the same command resumes: finished runs are kept, interrupted ones resumed from their
+checkpoints (or restarted in place when they had none). A different command on the same
+directory is refused, unless ``extend`` is asked and the new grid holds every point of the old
+one (then the new points are added).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import tomli_w
+
+from asyncfl.errors import UsageError
+from asyncfl.figures.metrics import plot_metrics
+from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, read_summary, run_jobs
+from asyncfl.run.rundir import atomic_write
+from asyncfl.studies.stats import mean_ci95
+from asyncfl.studies.sweep.grid import Axis, Grid
+
+SPEC_NAME = "sweep.toml"
+SPEC_VERSION = 1
+#: bias.json key of the bias each server rule is measured by (its own A)
+RULE_BIAS = {"sgd": "none", "adam": "none", "momentum": "momentum", "nesterov": "momentum",
+             "ma-full": "ma_full", "ma-light": "ma_light"}
+METRICS = ("loss", "accuracy", "train_loss", "virtual_time", "wall_time", "bias", "epsilon")
+FIXED = ("name", "seed", "status", "message", "steps", "loss", "accuracy", "train_loss", "virtual_time",
+         "wall_time", "updates_per_second", "bias", "bias_none", "bias_momentum", "bias_ma_full", "bias_ma_light",
+         "epsilon", "run_dir")
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep.toml
+def spec_dict(grid: Grid) -> dict[str, Any]:
+    path = grid.scenario_file.resolve()
+    return {
+        "version": SPEC_VERSION,
+        "scenario": str(path),
+        "scenario_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "set": list(grid.overrides),
+        "seeds": list(grid.seeds),
+        "grid": [{"key": a.key, "values": list(a.values)} for a in grid.axes],
+    }
+
+
+def read_spec(out: Path) -> dict[str, Any] | None:
+    path = out / SPEC_NAME
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: not a sweep record ({exc.__class__.__name__}); choose another --out") from None
+
+
+def reconcile(out: Path, grid: Grid, extend: bool) -> None:
+    """Check ``grid`` against the sweep already in ``out`` (if any) and record it."""
+    new = spec_dict(grid)
+    old = read_spec(out)
+    if old is None:
+        if out.exists() and any(p for p in out.iterdir() if p.name != SPEC_NAME):
+            raise UsageError(f"--out {out}: not empty and not a sweep directory; choose another")
+    elif old != new:
+        differences = [k for k in new if old.get(k) != new.get(k)]
+        if not extend:
+            raise UsageError(
+                f"--out {out}: holds a sweep with another {', '.join(differences)}; rerun the recorded command "
+                f"({out / SPEC_NAME}), choose another --out, or pass --extend to add points to it"
+            )
+        for key in ("version", "scenario", "scenario_sha256", "set"):
+            if old.get(key) != new.get(key):
+                raise UsageError(f"--extend: the sweep in {out} has another {key}; only the grid and seeds can grow")
+        old_axes = {a["key"]: a["values"] for a in old.get("grid", [])}
+        new_axes = {a["key"]: a["values"] for a in new["grid"]}
+        lost = [k for k in old_axes if k not in new_axes or any(v not in new_axes[k] for v in old_axes[k])]
+        if lost or any(s not in new["seeds"] for s in old.get("seeds", [])) or set(new_axes) != set(old_axes):
+            raise UsageError(f"--extend: the new grid must hold every point of the sweep in {out} "
+                             f"(the same keys, each with all its old values, and all old seeds)")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / SPEC_NAME, lambda p: p.write_text(tomli_w.dumps(new), encoding="utf-8"))
+
+
+def grid_of_spec(spec: dict[str, Any]) -> Grid:
+    """The :class:`Grid` a ``sweep.toml`` records."""
+    return Grid(Path(spec["scenario"]), tuple(spec["set"]), tuple(Axis(a["key"], tuple(a["values"])) for a in spec["grid"]),
+                tuple(spec["seeds"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+def result_row(outcome: RunOutcome, values: dict[str, Any], seed: int, sweep_dir: Path) -> dict[str, Any]:
+    """One ``results.csv`` row from a run's outcome and its files."""
+    s = outcome.summary
+    final = s.get("final", {}) if isinstance(s.get("final"), dict) else {}
+    bias = _bias(outcome.out)
+    rule = str(values.get("server.rule", _rule_of(outcome.out)))
+    privacy = s.get("privacy", {}) if isinstance(s.get("privacy"), dict) else {}
+    return {
+        **{k: v for k, v in values.items()}, "name": outcome.name, "seed": seed, "status": outcome.status,
+        "message": outcome.message or str(s.get("error", "")), "steps": s.get("steps"),
+        "loss": final.get("loss"), "accuracy": final.get("accuracy"), "train_loss": final.get("train_loss"),
+        "virtual_time": s.get("virtual_time"), "wall_time": s.get("wall_time"), "updates_per_second": s.get("updates_per_second"),
+        "bias": bias.get(RULE_BIAS.get(rule, ""), math.nan),
+        **{f"bias_{k}": bias.get(k, math.nan) for k in ("none", "momentum", "ma_full", "ma_light")},
+        "epsilon": privacy.get("epsilon_spent", math.nan), "run_dir": str(outcome.out.relative_to(sweep_dir)),
+    }
+
+
+def _bias(out: Path) -> dict[str, float]:
+    """The overall biases of ``bias.json`` (``none``, ``momentum``, ``ma_full``, ``ma_light``)."""
+    try:
+        raw = json.loads((out / "bias.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _rule_of(out: Path) -> str:
+    try:
+        raw = tomllib.loads((out / "scenario.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    return str(raw.get("server", {}).get("rule", ""))
+
+
+def summary_rows(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
+    """Per grid point (the varied keys, seeds pooled): runs, completed, and each metric's
+    mean and 95 % CI half-width over the completed runs."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(repr(row[k]) for k in keys), []).append(row)
+    out = []
+    for members in groups.values():
+        done = [r for r in members if r["status"] == "completed"]
+        summary = {k: members[0][k] for k in keys}
+        summary.update(runs=len(members), completed=len(done))
+        for metric in METRICS:
+            ci = mean_ci95(_num(r[metric]) for r in done)
+            summary[f"{metric}_mean"], summary[f"{metric}_ci95"] = ci.mean, ci.half
+        out.append(summary)
+    return out
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def write_table(path: Path, rows: list[dict[str, Any]], fields: list[str]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _cell(row.get(k)) for k in fields})
+    atomic_write(path, lambda p: p.write_text(buf.getvalue(), encoding="utf-8"))
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else value
+
+
+def plot_run(out: Path) -> None:
+    """``metrics.png`` of a finished run, the figure ``asyncfl run`` draws."""
+    plot_metrics([out], out / "metrics.png")
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class SweepResult:
+    rows: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    outcomes: list[RunOutcome]
+
+
+def run_sweep(grid: Grid, out: Path, backend: Backend, extend: bool = False,
+              on_outcome: Callable[[RunOutcome, Progress], None] | None = None,
+              on_start: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Validate every point, record the command, run what is not done, write the tables."""
+    out = Path(out)
+    scenarios = grid.scenarios()  # every point validated before anything is written
+    reconcile(out, grid, extend)
+    jobs = [RunJob(name, scenario, out / "runs" / name, after=plot_run) for name, _, scenario in scenarios]
+    if on_start is not None:
+        on_start(len(jobs), backend.slots)
+    outcomes = run_jobs(jobs, backend, on_outcome)
+    keys = [a.key for a in grid.axes]
+    rows = [result_row(o, dict(point.values), point.seed, out) for o, (_, point, _) in zip(outcomes, scenarios)]
+    write_table(out / "results.csv", rows, [*keys, *FIXED])
+    summary = summary_rows(rows, keys)
+    write_table(out / "summary.csv", summary, [*keys, "runs", "completed", *(f"{m}_{s}" for m in METRICS for s in ("mean", "ci95"))])
+    return SweepResult(rows, summary, outcomes)
