@@ -109,17 +109,32 @@ def _same_run(a, b):
     torch.testing.assert_close(b.theta, a.theta, rtol=0, atol=1e-6)  # final model
 
 
-@pytest.mark.parametrize("executor,extra", [("inline", {"run.batched": True}), ("threads", {}), ("processes", {})])
+@pytest.mark.parametrize("executor,extra", [("inline", {"run.batched": True}), ("threads", {}), ("processes", {}),
+                                           ("processes", {"run.batched": True})])
 def test_every_executor_gives_the_same_run(inline_run, executor, extra):
     _same_run(inline_run, _executor_run(executor, **extra))
     assert not multiprocessing.active_children()  # process workers shut down with the run
 
 
+@pytest.mark.parametrize("protocol", ["fedbuff", "sync"])
+def test_batched_groups_on_worker_processes_equal_inline_batched(protocol):
+    """One large run on many cores: the jobs of one model version go to each worker as one
+    batched group; the run is inline batched's (same updates.csv rows, model to round-off)."""
+    extra = {"server.protocol": "sync", "server.concurrency": None, "server.cohort": 12, "server.buffer": 12,
+             "server.max_staleness": None} if protocol == "sync" else {"server.concurrency": 16, "server.buffer": 8}
+    inline = _executor_run("inline", **extra, **{"run.batched": True})
+    remote = _executor_run("processes", **extra, **{"run.batched": True, "run.workers": 2})
+    _same_run(inline, remote)
+
+
 def test_ray_executor_gives_the_same_run(inline_run):
-    ray = pytest.importorskip("ray")
+    import ray  # a test dependency (conftest.py keeps a local instance on loopback)
+
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
+        assert ray.util.get_node_ip_address().startswith("127.")
         _same_run(inline_run, _executor_run("ray"))
+        _same_run(_executor_run("inline", **{"run.batched": True}), _executor_run("ray", **{"run.batched": True}))
         assert ray.is_initialized()  # a session the caller started is left to the caller
     finally:
         ray.shutdown()
@@ -141,9 +156,9 @@ def test_ray_missing_is_a_scenario_error(monkeypatch):
         make_executor(None, scenario.client, scenario.run, scenario)
 
 
-def test_batched_needs_the_inline_executor():
+def test_batched_is_refused_with_threads():
     scenario = make_scenario({"run.executor": "threads", "run.batched": True})
-    with pytest.raises(ScenarioError, match=r"run\.batched"):
+    with pytest.raises(ScenarioError, match=r"run\.batched = true, run\.executor = 'threads'.*inline, processes, ray"):
         make_executor(None, scenario.client, scenario.run, scenario)
 
 

@@ -80,7 +80,7 @@ class RunsDisplay:
         self.live = err_console.is_terminal and not quiet
         self._progress: Progress | None = None
         self._bar: Any = None
-        self.total = self.slots = 0
+        self.total = self.slots = self.done = self.failed = 0
 
     def start(self, total: int, slots: int) -> None:
         self.total, self.slots = total, slots
@@ -95,7 +95,10 @@ class RunsDisplay:
         elif not self.quiet:
             warn(f"{self.label}: {total} runs, {slots} at a time")
 
-    def finished(self, name: str, status: str, wall: float, done: int, failed: int, reused: bool, eta: float) -> None:
+    def finished(self, name: str, status: str, wall: float, reused: bool, eta: float) -> None:
+        self.done += 1
+        self.failed += status != "completed"
+        done, failed = self.done, self.failed
         running = min(self.slots, self.total - done)
         eta_text = "–" if eta != eta else _clock(eta)
         state = f"{running} running, {failed} failed"

@@ -3,7 +3,8 @@ docs/privacy.md, "What a run reports").
 
 A thin command over :mod:`asyncfl.studies.privacy_sweep`: σ is calibrated once to the scenario's
 (ε, δ) and reused for every point; each ξ (or γ) × rule × seed is one run; a rich progress bar
-follows the sweep; ``sweep.csv``, ``sweep.md`` and ``sweep.png`` land in ``--out``. Bad input
+follows the sweep (its runs go through the parallel runner: ``--workers``, ``--ray``; rerunning
+the same command resumes it); ``sweep.csv``, ``sweep.md`` and ``sweep.png`` land in ``--out``. Bad input
 (ξ ≤ σ, no ``[privacy]`` section, …) exits 2 with a message naming the option or field.
 """
 
@@ -12,16 +13,15 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from asyncfl.cli.console import console, err_console, say, warn
+from asyncfl.cli.console import RunsDisplay, console, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.studies.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
-from asyncfl.studies.privacy_sweep.run import SweepCallbacks, run_sweep
+from asyncfl.run.parallel import Progress, RunOutcome, make_backend
+from asyncfl.studies.privacy_sweep.run import record_command, run_sweep
 from asyncfl.studies.privacy_sweep.spec import SweepError
 from asyncfl.studies.privacy_sweep.tables import findings
 
@@ -32,38 +32,24 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     scenario = scenario_mod.load(args.scenario, args.overrides)
     check_scenario(scenario)
     out = Path(args.out) if args.out else Path("runs") / f"privacy-{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if (out / "sweep.csv").exists() and not args.overwrite:
-        raise SweepError(f"--out {out}: already holds a sweep (sweep.csv); pass --overwrite to replace it")
     budget = resolve_budget(scenario)
     sweep_points(budget, args.xi or (), args.gamma or ())  # validate every point before any run
+    seeds = args.seeds or [scenario.seed]
+    record_command(out, scenario, args.xi or (), args.gamma or (), args.rules, seeds, args.overwrite)
     if not args.quiet:
         warn(budget.describe())
+    display = RunsDisplay("privacy sweep", quiet=args.quiet)
+    backend = make_backend(args.workers, args.ray)
 
-    progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn(),
-        console=err_console, disable=args.quiet, transient=False,
-    )
+    def on_run(outcome: RunOutcome, progress: Progress) -> None:
+        display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
 
-    class Bar(SweepCallbacks):
-        def __init__(self) -> None:
-            self.sweep = progress.add_task("sweep", total=None, info="")
-            self.run = progress.add_task("  run", total=1, info="")
-
-        def run_started(self, index: int, total: int, point: Any, rule: str, seed: int, steps: int) -> None:
-            progress.update(self.sweep, total=total, completed=index, info=f"ξ={point.xi:.4g} {rule} seed {seed}")
-            progress.reset(self.run, total=steps, info="")
-
-        def step(self, event: Any) -> None:
-            info = f"loss={event.metrics['loss']:.4g}" if event.metrics is not None else None
-            progress.update(self.run, completed=event.step, **({"info": info} if info else {}))
-
-        def run_finished(self, row: Any) -> None:
-            progress.advance(self.sweep)
-            progress.update(self.sweep, info=f"last: acc={row.final_accuracy:.3f} bias={row.bias_exact:.3f} ({row.status})")
-
-    with progress:
-        _, rows = run_sweep(scenario, out, args.xi or (), args.gamma or (), args.rules, args.seeds, Bar(), budget)
+    try:
+        _, rows = run_sweep(scenario, out, args.xi or (), args.gamma or (), args.rules, seeds, backend=backend,
+                            on_outcome=on_run, on_start=display.start, budget=budget)
+    finally:
+        display.close()
+        backend.close()
     if not args.quiet:
         table = Table(title=f"privacy sweep — {budget.describe()}")
         for col in COLUMNS:

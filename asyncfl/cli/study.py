@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-from asyncfl.cli.console import err_console, say
+from asyncfl.cli.console import RunsDisplay, say
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.studies.ma_study.design import load_spec
+from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.ma_study.run import run_study
 
 
@@ -25,19 +23,17 @@ def cmd_study(args: argparse.Namespace) -> int:
     if args.check:
         say(f"{args.spec}: valid study spec ({len(study.spec.tasks)} task(s), {len(study.spec.methods)} method(s))")
         return EXIT_OK
-    with Progress(
-        TextColumn("[bold]study runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        TextColumn("{task.fields[last]}", markup=False), console=err_console, disable=args.quiet,
-    ) as progress:
-        bar = progress.add_task("study", total=None, last="")
+    display = RunsDisplay("study", quiet=args.quiet)
+    backend = make_backend(args.workers, args.ray)
 
-        def on_total(n: int) -> None:
-            progress.update(bar, total=n)
+    def on_run(outcome: RunOutcome, progress: Progress) -> None:
+        display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
 
-        def on_run(point: Any, status: str) -> None:
-            progress.update(bar, advance=1, last=f"{point.task} {point.method} K={point.K} dp={int(point.dp)} lr={point.lr:g} s{point.seed}: {status}")
-
-        run_study(study, Path(args.out), progress=on_run, total_hook=on_total)
+    try:
+        run_study(study, Path(args.out), progress=on_run, total_hook=lambda n: display.start(n, backend.slots), backend=backend)
+    finally:
+        display.close()
+        backend.close()
     if not args.quiet:
         say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'report.md'}")
     return EXIT_OK

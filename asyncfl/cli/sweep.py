@@ -32,8 +32,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     backend = make_backend(args.workers, args.ray)
 
     def on_outcome(outcome: RunOutcome, progress: Progress) -> None:
-        display.finished(outcome.name, outcome.status, outcome.wall, progress.done, progress.failed, outcome.reused,
-                         progress.eta(backend.slots))
+        display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
 
     try:
         result = run_sweep(grid, Path(args.out), backend, extend=args.extend, on_outcome=on_outcome, on_start=display.start)

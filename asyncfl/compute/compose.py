@@ -14,6 +14,10 @@ from asyncfl.errors import ScenarioError
 from asyncfl.tasks.base import Task
 
 
+#: executors that train the jobs of one model version as one batched group
+BATCHED = ("inline", "processes", "ray")
+
+
 def task_recipe(scenario: Scenario) -> TaskRecipe:
     """How a worker rebuilds ``scenario``'s task: its registered builder and ``[task]`` section."""
     return TaskRecipe(TASKS.load(scenario.task.name), scenario.task, scenario.population.clients, scenario.seed)
@@ -25,10 +29,10 @@ def make_executor(task: Task, client: ClientConfig, run: RunConfig, scenario: Sc
     its data."""
     if run.executor not in EXECUTORS:
         raise ScenarioError([EXECUTORS.unknown(run.executor)])
-    if run.batched and run.executor != "inline":
+    if run.batched and run.executor not in BATCHED:
         raise ScenarioError([
-            f"run.batched = true, run.executor = {run.executor!r}: batched training runs in the "
-            "inline executor only (set run.executor = 'inline' or run.batched = false)"
+            f"run.batched = true, run.executor = {run.executor!r}: batched training runs with the executors "
+            f"{', '.join(BATCHED)} (set one of them, or run.batched = false)"
         ])
     recipe = task_recipe(scenario) if scenario is not None else None
     return EXECUTORS.load(run.executor)(task, client, run, recipe)

@@ -27,6 +27,7 @@ import concurrent.futures as cf
 import copy
 import dataclasses
 import itertools
+import math
 import multiprocessing as mp
 import os
 import pickle
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 import numpy as np
 import torch
 
+from asyncfl.compute.lifetime import die_with_parent
 from asyncfl.compute.training import LocalJob, local_train, train_batched
 from asyncfl.errors import ScenarioError
 from asyncfl.tasks.base import Task
@@ -67,31 +69,81 @@ class InlineExecutor:
         return None
 
 
-class BatchedExecutor:
-    """Inline, but batched: every job submitted and not yet computed when the event loop first
-    gets control (the flush) is trained in one :func:`~asyncfl.compute.training.train_batched` call, so
-    clients of one model version share batched gradient steps. Cancelled jobs are skipped.
-    Jobs are plain futures resolved by one scheduled callback (no task per job)."""
+Pending = list[tuple[LocalJob, "asyncio.Future[torch.Tensor]"]]
 
-    def __init__(self, task: Task, client: ClientConfig) -> None:
-        self.task, self.client = task, client
-        self._pending: list[tuple[LocalJob, asyncio.Future[torch.Tensor]]] = []
-        self.batches: list[int] = []  # size of every batch trained (for benchmarks and tests)
+
+class _Batcher:
+    """Collects the jobs submitted until the event loop next gets control — the flush: the
+    engine runs events synchronously until it awaits the first upload — and hands the live
+    ones (not cancelled) to ``train`` in one call. Between two flushes the server's model does
+    not change, so a batch is the jobs of one model version.
+
+    With ``parts`` (remote workers), a batch also goes out as soon as it holds a ``1/parts``
+    share of the jobs submitted between the last two flushes: each worker then gets about one
+    group per flush interval, and trains it while the engine goes on simulating."""
+
+    def __init__(self, train: Callable[[Pending], None], parts: int | None = None) -> None:
+        self._train = train
+        self._parts = parts
+        self._pending: Pending = []
+        self._since_flush = 0
+        self._threshold = math.inf
+        self.batches: list[int] = []  # size of every batch (for benchmarks and tests)
 
     def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
         loop = asyncio.get_running_loop()
         future: asyncio.Future[torch.Tensor] = loop.create_future()
         if not self._pending:
-            loop.call_soon(self._train_pending)
+            loop.call_soon(self._flush)
         self._pending.append((job, future))
+        self._since_flush += 1
+        if len(self._pending) >= self._threshold:
+            self._send()
         return future
 
-    def _train_pending(self) -> None:
+    def _flush(self) -> None:
+        self._send()
+        if self._parts is not None and self._since_flush:
+            self._threshold = max(1, math.ceil(self._since_flush / self._parts))
+        self._since_flush = 0
+
+    def _send(self) -> None:
         live = [(job, future) for job, future in self._pending if not future.done()]
         self._pending = []
-        if not live:
-            return
-        self.batches.append(len(live))
+        if live:
+            self.batches.append(len(live))
+            self._train(live)
+
+    def clear(self) -> None:
+        self._pending = []
+
+
+def _chunks(items: list, parts: int) -> list[list]:
+    """``items`` in at most ``parts`` contiguous chunks whose sizes differ by at most one."""
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (i < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+class BatchedExecutor:
+    """Inline, but batched: every job of a flush (:class:`_Batcher`) is trained in one
+    :func:`~asyncfl.compute.training.train_batched` call, so clients of one model version share
+    batched gradient steps. Jobs are plain futures resolved by one scheduled callback."""
+
+    def __init__(self, task: Task, client: ClientConfig) -> None:
+        self.task, self.client = task, client
+        self._batcher = _Batcher(self._train)
+        self.batches = self._batcher.batches
+
+    def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
+        return self._batcher.submit(job)
+
+    def _train(self, live: Pending) -> None:
         try:
             results = train_batched(self.task, self.client, [job for job, _ in live])
         except Exception as exc:  # surfaces where the futures are awaited
@@ -102,7 +154,7 @@ class BatchedExecutor:
             future.set_result(theta)
 
     async def aclose(self) -> None:
-        self._pending = []
+        self._batcher.clear()
 
 
 class ThreadExecutor:
@@ -198,10 +250,25 @@ def _task_source(task: Task, recipe: TaskRecipe | None) -> TaskRecipe | bytes:
 
 # ---------------------------------------------------------------------------------------------
 WORKER_CACHE = 8  # model versions a process worker keeps (FIFO, mirrored by the parent)
+#: with run.batched, the groups a worker gets per flush interval. A group goes out as soon as it
+#: is full, so the workers train while the engine simulates; but every train_batched call has a
+#: fixed set-up cost (≈ 0.7 ms for gaussian-mlp, benchmarks/parallel.py), so more, smaller groups
+#: cost more worker time than they save in waiting
+GROUPS_PER_WORKER = 1
 
 
-def _process_worker(source: TaskRecipe | bytes, cfg: ClientConfig, threads: int, jobs: "mp.Queue", results: "mp.Queue") -> None:
-    """A training process: build the task once, then serve jobs until ``None``."""
+def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batched: bool) -> np.ndarray:
+    """The trained models of ``jobs`` as one ``(n, d)`` array: one :func:`train_batched` call,
+    or :func:`local_train` job by job."""
+    models = train_batched(task, cfg, jobs) if batched else [local_train(task, cfg, job) for job in jobs]
+    return torch.stack([m.reshape(-1) for m in models]).numpy()
+
+
+def _process_worker(parent: int, source: TaskRecipe | bytes, cfg: ClientConfig, threads: int, jobs: "mp.Queue",
+                    results: "mp.Queue") -> None:
+    """A training process: build the task once, then serve groups of jobs until ``None``. It
+    dies with the process that started it (:func:`~asyncfl.compute.lifetime.die_with_parent`)."""
+    die_with_parent(parent)
     if threads:
         torch.set_num_threads(threads)
     task = _build_source(source)
@@ -216,19 +283,25 @@ def _process_worker(source: TaskRecipe | bytes, cfg: ClientConfig, threads: int,
         return versions[spec[0]]
 
     while (msg := jobs.get()) is not None:
-        job_id, client_k, seed, mu, start, centre = msg
+        group_id, batched, specs = msg
         try:
-            job = LocalJob(client_k, tensor(start), tensor(centre), mu, seed)
-            results.put((job_id, local_train(task, cfg, job).numpy(), None))
-        except Exception as exc:  # reported on the job's future, the worker keeps serving
-            results.put((job_id, None, f"{type(exc).__name__}: {exc}"))
+            group = [LocalJob(client_k, tensor(start), tensor(centre), mu, seed) for client_k, seed, mu, start, centre in specs]
+            results.put((group_id, _train_group(task, cfg, group, batched), None))
+        except Exception as exc:  # reported on the jobs' futures, the worker keeps serving
+            results.put((group_id, None, f"{type(exc).__name__}: {exc}"))
 
 
 class ProcessExecutor:
-    """``workers`` spawned processes, each building the task once. Jobs go to the worker with
-    the fewest outstanding jobs; a model version travels to a worker with its first job there
-    and later jobs only name it. Tensors travel as numpy arrays (by value: cheaper than shared
-    memory handles for client-sized models). A reader thread resolves the futures."""
+    """``workers`` spawned processes, each building the task once. A model version travels to a
+    worker with its first job there and later jobs only name it; tensors travel as numpy arrays
+    (by value: cheaper than shared-memory handles for client-sized models). A reader thread
+    resolves the futures.
+
+    Unbatched, every job goes at once to the worker with the fewest outstanding jobs. With
+    ``run.batched`` the jobs of one flush (one model version, :class:`_Batcher`) are split into
+    one contiguous group per worker and each worker trains its group in one
+    :func:`~asyncfl.compute.training.train_batched` call: the model is sent once per version and
+    worker, and the workers train while the engine goes on simulating."""
 
     def __init__(self, task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None = None) -> None:
         ctx = mp.get_context("spawn")
@@ -236,16 +309,17 @@ class ProcessExecutor:
         self._results: mp.Queue = ctx.Queue()
         self._queues = [ctx.Queue() for _ in range(run.workers)]
         self._procs = [
-            ctx.Process(target=_process_worker, args=(source, client, run.torch_threads, q, self._results),
+            ctx.Process(target=_process_worker, args=(os.getpid(), source, client, run.torch_threads, q, self._results),
                         name=f"asyncfl-train-{i}", daemon=True)
             for i, q in enumerate(self._queues)
         ]
+        self._batcher = _Batcher(self._ship_groups, parts=GROUPS_PER_WORKER * run.workers) if run.batched else None
         for p in self._procs:
             p.start()
         self._keys = _VersionKeys(size=4 * WORKER_CACHE)
         self._sent: list[collections.OrderedDict[int, None]] = [collections.OrderedDict() for _ in self._procs]
         self._load = [0] * len(self._procs)
-        self._futures: dict[int, tuple[asyncio.Future, int, asyncio.AbstractEventLoop]] = {}
+        self._futures: dict[int, tuple[list[asyncio.Future], int, asyncio.AbstractEventLoop]] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="asyncfl-results", daemon=True)
@@ -263,30 +337,48 @@ class ProcessExecutor:
         return (key, array)
 
     def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        job_id = next(self._ids)
-        with self._lock:
-            worker = min(range(len(self._load)), key=self._load.__getitem__)
-            self._load[worker] += 1
-            self._futures[job_id] = (future, worker, loop)
-        start = self._spec(worker, job.start)
-        centre = start if job.centre is job.start else self._spec(worker, job.centre)
-        self._queues[worker].put((job_id, job.client, job.seed, job.mu, start, centre))
+        if self._batcher is not None:
+            return self._batcher.submit(job)
+        future = asyncio.get_running_loop().create_future()
+        self._send([(job, future)], batched=False)
         return future
+
+    def _ship_groups(self, live: Pending) -> None:
+        """A batch that is larger than a worker's share is split across the least loaded ones."""
+        parts = max(1, min(len(self._procs), round(len(live) / max(self._batcher._threshold, 1))
+                           if math.isfinite(self._batcher._threshold) else len(self._procs)))
+        by_load = sorted(range(len(self._procs)), key=self._load.__getitem__)
+        for worker, group in zip(by_load, _chunks(live, parts)):
+            self._send(group, batched=True, worker=worker)
+
+    def _send(self, group: Pending, batched: bool, worker: int | None = None) -> None:
+        group_id = next(self._ids)
+        with self._lock:
+            if worker is None:
+                worker = min(range(len(self._load)), key=self._load.__getitem__)
+            self._load[worker] += len(group)
+            self._futures[group_id] = ([future for _, future in group], worker, asyncio.get_running_loop())
+        specs = []
+        for job, _ in group:
+            start = self._spec(worker, job.start)
+            centre = start if job.centre is job.start else self._spec(worker, job.centre)
+            specs.append((job.client, job.seed, job.mu, start, centre))
+        self._queues[worker].put((group_id, batched, specs))
 
     def _read(self) -> None:
         while (msg := self._results.get()) is not None:
-            job_id, array, error = msg
+            group_id, block, error = msg
             with self._lock:
-                future, worker, loop = self._futures.pop(job_id)
-                self._load[worker] -= 1
-            loop.call_soon_threadsafe(_resolve, future, array, error)
+                futures, worker, loop = self._futures.pop(group_id)
+                self._load[worker] -= len(futures)
+            loop.call_soon_threadsafe(_resolve_group, futures, block, error)  # one wake-up per group
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._batcher is not None:
+            self._batcher.clear()
         for q in self._queues:
             q.put(None)
         await asyncio.get_running_loop().run_in_executor(None, self._join)
@@ -304,6 +396,11 @@ class ProcessExecutor:
             q.join_thread()
 
 
+def _resolve_group(futures: list[asyncio.Future], block: np.ndarray | None, error: str | None) -> None:
+    for i, future in enumerate(futures):
+        _resolve(future, None if block is None else block[i], error)
+
+
 def _resolve(future: asyncio.Future, array: np.ndarray | None, error: str | None) -> None:
     if future.done():  # cancelled meanwhile (a straggler, or the end of the run)
         return
@@ -317,25 +414,30 @@ def _resolve(future: asyncio.Future, array: np.ndarray | None, error: str | None
 _RAY_TASKS: dict[str, Task] = {}  # per Ray worker process: tasks built so far, by source key
 
 
-def _ray_train(source_key: str, source_box: list, client: ClientConfig, threads: int, client_k: int, seed: int,
-               mu: float, start: np.ndarray, centre: np.ndarray) -> np.ndarray:
-    """A Ray remote task: builds the task once per worker process (cached), trains one job."""
+def _ray_train(source_key: str, source_box: list, client: ClientConfig, threads: int, batched: bool,
+               specs: list[tuple[int, int, float, Any, Any]]) -> np.ndarray:
+    """A Ray remote task: builds the task once per worker process (cached) and trains a group
+    of jobs (one job unbatched; one flush's share with ``run.batched``) into an ``(n, d)`` array."""
+    import ray
+
     task = _RAY_TASKS.get(source_key)
     if task is None:
-        import ray
-
         if threads:
             torch.set_num_threads(threads)
         task = _RAY_TASKS[source_key] = _build_source(ray.get(source_box[0]))
-    job = LocalJob(client_k, torch.from_numpy(start), torch.from_numpy(centre), mu, seed)
-    return local_train(task, client, job).numpy()
+    refs = list({id(r): r for spec in specs for r in spec[3:]}.values())  # each model version fetched once
+    arrays = dict(zip(map(id, refs), (torch.from_numpy(a) for a in ray.get(refs))))
+    jobs = [LocalJob(k, arrays[id(start)], arrays[id(centre)], mu, seed) for k, seed, mu, start, centre in specs]
+    return _train_group(task, client, jobs, batched)
 
 
 class RayExecutor:
-    """Ray remote tasks. ``ray.init()`` (``num_cpus = run.workers``) or
+    """Ray remote tasks. ``ray.init()`` (``num_cpus = run.workers``, on loopback) or
     ``ray.init(address=run.ray_address)`` unless Ray is already initialised (then that session
     is used and left running). Each model version is ``ray.put`` once and every job of that
-    version passes the same reference; workers cache the task they build from the scenario."""
+    version passes the same reference; workers cache the task they build from the scenario.
+    Unbatched, one task per job; with ``run.batched``, the jobs of one flush are split into one
+    group per CPU of the cluster and each group is one task (``train_batched``)."""
 
     def __init__(self, task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None = None) -> None:
         import uuid
@@ -356,34 +458,54 @@ class RayExecutor:
         self._threads = run.torch_threads
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_train)
         self._keys = _VersionKeys(size=16)
-        self._refs: list = []
+        self._slots = max(1, int(ray.cluster_resources().get("CPU", run.workers))) if run.batched else 1
+        self._batcher = _Batcher(self._groups, parts=GROUPS_PER_WORKER * self._slots) if run.batched else None
 
     def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
-        put = lambda t: self._ray.put(t.detach().numpy())  # noqa: E731
-        start = self._keys.get(job.start, put)[1]
-        centre = start if job.centre is job.start else self._keys.get(job.centre, put)[1]
-        ref = self._remote.remote(self._source_key, self._source, self._client, self._threads,
-                                  job.client, job.seed, job.mu, start, centre)
+        if self._batcher is not None:
+            return self._batcher.submit(job)
         future = asyncio.get_running_loop().create_future()
-        asyncio.wrap_future(ref.future()).add_done_callback(lambda f: _copy_result(f, future))
+        self._send([(job, future)], batched=False)
         return future
 
+    def _groups(self, live: Pending) -> None:
+        threshold = self._batcher._threshold
+        parts = max(1, min(self._slots, round(len(live) / threshold) if math.isfinite(threshold) else self._slots))
+        for group in _chunks(live, parts):
+            self._send(group, batched=True)
+
+    def _send(self, group: Pending, batched: bool) -> None:
+        put = lambda t: self._ray.put(t.detach().numpy())  # noqa: E731
+        specs = []
+        for job, _ in group:
+            start = self._keys.get(job.start, put)[1]
+            centre = start if job.centre is job.start else self._keys.get(job.centre, put)[1]
+            specs.append((job.client, job.seed, job.mu, start, centre))
+        ref = self._remote.remote(self._source_key, self._source, self._client, self._threads, batched, specs)
+        futures = [future for _, future in group]
+        asyncio.wrap_future(ref.future()).add_done_callback(lambda f: _copy_rows(f, futures))
+
     async def aclose(self) -> None:
+        if self._batcher is not None:
+            self._batcher.clear()
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
 
 
-def _copy_result(src: asyncio.Future, dst: asyncio.Future) -> None:
-    if dst.done():  # cancelled (a straggler, the end of the run): the Ray task's outcome is moot,
-        if not src.cancelled():  # but retrieve it, or asyncio logs "exception never retrieved"
-            src.exception()  # (workers killed by ray.shutdown() fail their pending tasks)
-        return
-    if src.cancelled():
-        dst.cancel()
-    elif src.exception() is not None:
-        dst.set_exception(src.exception())
-    else:
-        dst.set_result(torch.from_numpy(np.array(src.result())))  # a writable copy of Ray's buffer
+def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future]) -> None:
+    """Resolve each job's future with its row of the group's ``(n, d)`` result."""
+    if not src.cancelled():  # retrieve the outcome even if every job was cancelled meanwhile, or
+        error = src.exception()  # asyncio logs "exception never retrieved" (ray.shutdown() fails pending tasks)
+    block = np.array(src.result()) if not src.cancelled() and error is None else None  # a writable copy of Ray's buffer
+    for i, dst in enumerate(dsts):
+        if dst.done():  # cancelled (a straggler, the end of the run)
+            continue
+        if src.cancelled():
+            dst.cancel()
+        elif error is not None:
+            dst.set_exception(error)
+        else:
+            dst.set_result(torch.from_numpy(block[i]))
 
 
 # ---------------------------------------------------------------------------------------------

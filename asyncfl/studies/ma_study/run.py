@@ -1,7 +1,10 @@
-"""Running a study (docs/architecture.md, "Studies and sweeps"; docs/server-rules.md): tune every
-group's server learning rate, run every seed at the chosen rate, then write ``results.csv``,
-``tuning.csv``, ``scenarios/`` and ``report.md``. Resumable: a run already done
-(:data:`~asyncfl.studies.ma_study.results.DONE_STATUSES`) is read back, not run again."""
+"""Running a study (docs/architecture.md §9; docs/server-rules.md): tune every group's server
+learning rate, run every seed at the chosen rate, then write ``results.csv``, ``tuning.csv``,
+``scenarios/`` and ``report.md``.
+
+The runs go through the parallel runner (:mod:`asyncfl.run.parallel`) in two waves: every
+tuning run at once, then every seed at the chosen rates. Resumable as a sweep is: a finished run
+is read back, an interrupted one resumed from its checkpoint or restarted in place."""
 
 from __future__ import annotations
 
@@ -9,46 +12,39 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from asyncfl.errors import NumericalFault
-from asyncfl.run import runner
+from asyncfl.run.parallel import Backend, InProcess, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.studies.ma_study.design import Point, Study
 from asyncfl.studies.ma_study.outputs import RESULT_FIELDS, TUNING_FIELDS, write_csv, write_scenarios
 from asyncfl.studies.ma_study.plan import TuningKey, count_runs, plan_tuning, tuning_score
 from asyncfl.studies.ma_study.report import write_report
-from asyncfl.studies.ma_study.results import DONE_STATUSES, first_reach, read_metrics, read_status, run_bias
+from asyncfl.studies.ma_study.results import first_reach, read_metrics, read_status, run_bias
 
-#: called after every run with its point and status (the CLI's progress bar)
-ProgressHook = Callable[[Point, str], None]
+#: called after every run with its outcome and the counts so far (the CLI's progress display)
+ProgressHook = Callable[[RunOutcome, Progress], None]
 
 
-def execute(study: Study, point: Point, out: Path) -> str:
-    """Run ``point`` into its directory unless already done; returns its status."""
-    run_dir = out / point.rel_dir()
-    status = read_status(run_dir)
-    if status in DONE_STATUSES:
-        return status
-    try:
-        runner.run_to_dir_blocking(study.scenario(point), run_dir, overwrite=True)
-    except NumericalFault:
-        pass  # the run directory records the divergence (summary status "diverged")
-    return read_status(run_dir) or "missing"
+def run_points(study: Study, points: list[Point], out: Path, backend: Backend, progress: ProgressHook | None) -> dict[Point, str]:
+    """Run (or read back) every point on ``backend``; returns each point's status."""
+    unique = list(dict.fromkeys(points))
+    jobs = [RunJob(str(p.rel_dir()), study.scenario(p), out / p.rel_dir()) for p in unique]
+    outcomes = run_jobs(jobs, backend, progress)
+    return {p: (read_status(out / p.rel_dir()) or o.status) for p, o in zip(unique, outcomes)}
 
 
 def run_study(study: Study, out: str | Path, progress: ProgressHook | None = None,
-              total_hook: Callable[[int], None] | None = None) -> dict[str, Any]:
+              total_hook: Callable[[int], None] | None = None, backend: Backend | None = None) -> dict[str, Any]:
     """Tune, run and report (see :mod:`asyncfl.studies.ma_study`). Returns the rows written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = study.spec
+    backend = backend or InProcess()
     groups = plan_tuning(study)
     if total_hook is not None:
         total_hook(count_runs(study, groups))
+    tuned = run_points(study, [p for _, points in groups if len(points) > 1 for p in points], out, backend, progress)
 
     def run(point: Point) -> str:
-        status = execute(study, point, out)
-        if progress is not None:
-            progress(point, status)
-        return status
+        return tuned[point]
 
     tuning_rows: list[dict[str, Any]] = []
     chosen: dict[TuningKey, float] = {}
@@ -73,13 +69,16 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
                 "status": status, "chosen": int(point.lr == best.lr), "run_dir": str(point.rel_dir()),
             })
 
+    finals = [Point(key[0], key[3], key[2], seed, key[1], chosen[key], spec.steps)
+              for key, _ in groups for seed in spec.seeds_of(key[1])]
+    status_of = run_points(study, finals, out, backend, progress)
     rows = []
     for key, points in groups:
         task, dp, K, method = key
         target = study.tasks[task].target_accuracy
         for seed in spec.seeds_of(dp):
             point = Point(task, method, K, seed, dp, chosen[key], spec.steps)
-            status = run(point)
+            status = status_of[point]
             run_dir = out / point.rel_dir()
             metrics = read_metrics(run_dir)
             step, vtime = first_reach(metrics, target) if status == "completed" else (math.nan, math.nan)

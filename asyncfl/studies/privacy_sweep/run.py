@@ -1,24 +1,25 @@
 """Running the privacy–utility sweep (docs/privacy.md, "What a run reports"): one run per
-(seed, ξ, rule) with σ resolved once, each run's row read back from its run directory
-(docs/run-directory.md), the outputs rewritten as the sweep goes."""
+(seed, ξ, rule) with σ resolved once, run through the parallel runner (docs/architecture.md §9),
+each run's row read back from its run directory (docs/run-directory.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
+import shutil
+import tomllib
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from asyncfl.config import scenario as scenario_mod
-from asyncfl.errors import NumericalFault
-from asyncfl.run import runner
-from asyncfl.sim.engine import Simulation
+import tomli_w
+
+from asyncfl.run.parallel import Backend, InProcess, Progress, RunJob, RunOutcome, run_jobs
+from asyncfl.run.rundir import atomic_write
 from asyncfl.studies.privacy_sweep.outputs import write_outputs
 from asyncfl.studies.privacy_sweep.plan import count_noise_std, point_scenario, resolve_budget, sweep_points, update_noise_std
 from asyncfl.studies.privacy_sweep.spec import BIAS_KEY, RULES, Budget, SweepError, SweepPoint, SweepRow
 from asyncfl.studies.privacy_sweep.tables import write_csv
-from asyncfl.tasks import build_task
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -35,26 +36,12 @@ def _finite(value: Any) -> float:
         return math.nan
 
 
-def run_point(
-    scenario: scenario_mod.Scenario,
-    budget: Budget,
-    point: SweepPoint,
-    run_dir: Path,
-    task: Any = None,
-    on_event: Callable[[Any], None] | None = None,
-) -> SweepRow:
-    """Run one point into ``run_dir`` and read back its row: final test accuracy and loss
+def read_row(scenario: scenario_mod.Scenario, budget: Budget, point: SweepPoint, run_dir: Path, status: str) -> SweepRow:
+    """One point's row, read back from its run directory: final test accuracy and loss
     (``summary.json``), ε spent (the accountant's, for σ), the rule's bias on the exact ``W``
     and on the noisy ``Ŵ`` (``bias.json``; docs/server-rules.md), and the analytic noise levels.
-
-    A run that diverges (:class:`NumericalFault`) is kept with ``status = 'diverged'`` — a sweep
-    point where privacy noise broke training is a result, not an error."""
-    status = "completed"
-    sim = Simulation(scenario, task) if task is not None else None
-    try:
-        asyncio.run(runner.run_to_dir(scenario, run_dir, overwrite=True, on_event=on_event, simulation=sim))
-    except NumericalFault:
-        status = "diverged"
+    A run that diverged is kept with ``status = 'diverged'``: a sweep point where privacy noise
+    broke training is a result, not an error."""
     summary = _read_json(run_dir / "summary.json")
     bias = _read_json(run_dir / "bias.json")
     rule = scenario.server.rule
@@ -64,7 +51,7 @@ def run_point(
     return SweepRow(
         xi=point.xi, xi_over_C=point.xi / budget.C, gamma=point.gamma, sigma=_finite(priv.get("sigma", budget.sigma)),
         epsilon_target=budget.epsilon_target, epsilon_spent=_finite(priv.get("epsilon_spent")), delta=budget.delta,
-        rule=rule, seed=scenario.seed, status=summary.get("status", status) if status == "completed" else status,
+        rule=rule, seed=scenario.seed, status=str(summary.get("status", status)),
         steps=int(summary.get("steps", 0) or 0),
         final_accuracy=_finite(final.get("accuracy")), final_loss=_finite(final.get("loss")),
         bias_exact=_finite(bias.get(key)), bias_noisy=_finite((bias.get("noisy_w") or {}).get(key)),
@@ -75,14 +62,31 @@ def run_point(
     )
 
 
-class SweepCallbacks:
-    """Progress hooks of :func:`run_sweep` (all optional; the CLI drives a rich bar with them)."""
+RECORD = "privacy_sweep.toml"
 
-    def run_started(self, index: int, total: int, point: SweepPoint, rule: str, seed: int, steps: int) -> None: ...
 
-    def step(self, event: Any) -> None: ...
-
-    def run_finished(self, row: SweepRow) -> None: ...
+def record_command(out: Path, scenario: scenario_mod.Scenario, xis: Sequence[float], gammas: Sequence[float],
+                   rules: Sequence[str], seeds: Sequence[int], overwrite: bool) -> None:
+    """Record what the sweep in ``out`` is (the resolved scenario, ξ or γ, rules, seeds), so
+    that rerunning the same command resumes it. Another sweep in ``out`` is refused, or with
+    ``overwrite`` its runs are removed first."""
+    record = {"scenario": scenario.to_toml(), "xi": [float(x) for x in xis], "gamma": [float(g) for g in gammas],
+              "rules": list(rules), "seeds": [int(x) for x in seeds]}
+    path = out / RECORD
+    if path.is_file():
+        try:
+            old = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            old = None
+        if old != record:
+            if not overwrite:
+                raise SweepError(f"--out {out}: holds another privacy sweep ({RECORD}); rerun its command to resume it, "
+                                 "choose another --out, or pass --overwrite to replace it")
+            shutil.rmtree(out / "runs", ignore_errors=True)
+    elif (out / "sweep.csv").exists() and not overwrite:
+        raise SweepError(f"--out {out}: already holds a sweep (sweep.csv); pass --overwrite to replace it")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda p: p.write_text(tomli_w.dumps(record), encoding="utf-8"))
 
 
 def run_sweep(
@@ -92,41 +96,33 @@ def run_sweep(
     gammas: Sequence[float] = (),
     rules: Sequence[str] = RULES,
     seeds: Sequence[int] | None = None,
-    callbacks: SweepCallbacks | None = None,
+    backend: Backend | None = None,
+    on_outcome: Callable[[RunOutcome, Progress], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
     budget: Budget | None = None,
 ) -> tuple[Budget, list[SweepRow]]:
-    """Run every (seed, ξ, rule) of the sweep into ``out/runs/…`` and write the outputs into
-    ``out`` (``sweep.csv`` is rewritten after every run, so an interrupted sweep keeps what it
-    finished). σ is resolved once (:func:`resolve_budget`); the task is built once per seed and
-    shared by that seed's runs (it is a pure function of the task section, N and the seed)."""
+    """Run every (seed, ξ, rule) of the sweep into ``out/runs/…`` through the parallel runner
+    (:mod:`asyncfl.run.parallel`; finished runs are read back, interrupted ones resumed) and
+    write the outputs into ``out``. σ is resolved once (:func:`resolve_budget`)."""
     budget = budget or resolve_budget(scenario)
     bad_rules = [r for r in rules if r not in BIAS_KEY]
     if bad_rules or not rules:
         raise SweepError(f"--rules {' '.join(bad_rules)}: each rule must be one of {', '.join(RULES)}")
     points = sweep_points(budget, xis, gammas)
     seeds = list(seeds) if seeds else [scenario.seed]
-    cb = callbacks or SweepCallbacks()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rows: list[SweepRow] = []
-    total = len(points) * len(rules) * len(seeds)
-    index = 0
-    try:
-        for seed in seeds:
-            task = build_task(scenario.task, scenario.population.clients, int(seed))
-            for point in points:
-                for rule in rules:
-                    sc = point_scenario(scenario, budget, point, rule, int(seed))
-                    cb.run_started(index, total, point, rule, int(seed), sc.run.steps)
-                    run_dir = out / "runs" / f"xi{point.xi:.4g}-{rule}-s{seed}"
-                    row = run_point(sc, budget, point, run_dir, task=task, on_event=cb.step)
-                    row.run_dir = str(run_dir.relative_to(out))
-                    rows.append(row)
-                    write_csv(rows, out / "sweep.csv")
-                    cb.run_finished(row)
-                    index += 1
-    finally:
-        if rows:
-            write_csv(rows, out / "sweep.csv")
+    plan = [(point, point_scenario(scenario, budget, point, rule, int(seed)), Path("runs") / f"xi{point.xi:.4g}-{rule}-s{seed}")
+            for seed in seeds for point in points for rule in rules]
+    backend = backend or InProcess()
+    if on_start is not None:
+        on_start(len(plan), backend.slots)
+    outcomes = run_jobs([RunJob(str(rel), sc, out / rel) for _, sc, rel in plan], backend, on_outcome)
+    rows = []
+    for (point, sc, rel), outcome in zip(plan, outcomes):
+        row = read_row(sc, budget, point, out / rel, outcome.status)
+        row.run_dir = str(rel)
+        rows.append(row)
+    write_csv(rows, out / "sweep.csv")
     write_outputs(rows, budget, out, scenario)
     return budget, rows
