@@ -31,10 +31,17 @@ COMMANDS: Registry[Callable[[argparse.Namespace], int]] = Registry("command", "C
 
 
 # ---------------------------------------------------------------------------------------------
+def _changes(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a scenario key (repeatable); VALUE is read as TOML, else as a string. Switching "
+                        "latency.dist or task.name drops the file's keys of the old variant (a note names them)")
+    p.add_argument("--unset", action="append", default=[], metavar="SECTION.KEY",
+                   help="remove a key of the file, so that its default applies (repeatable)")
+
+
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario TOML file (see scenarios/)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a scenario key (repeatable); VALUE is read as TOML, else as a string")
+    _changes(p)
 
 
 def _quiet(p: argparse.ArgumentParser, help: str = "no progress bar and no summary table") -> None:
@@ -73,8 +80,7 @@ def plot_args(p: argparse.ArgumentParser) -> None:
 
 def privacy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="a scenario with an enabled [privacy] section (e.g. scenarios/private_synthetic.toml)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a scenario key (repeatable)")
+    _changes(p)
     p.add_argument("--xi", type=float, nargs="+", metavar="XI", help="count-noise levels ξ to sweep (each > σ)")
     p.add_argument("--gamma", type=float, nargs="+", metavar="GAMMA", help="payload scales γ to sweep (each > 0)")
     p.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES), help="server rules to run at every point")

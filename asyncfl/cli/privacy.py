@@ -19,7 +19,7 @@ from rich.table import Table
 
 from asyncfl.cli.console import console, err_console, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
-from asyncfl.config import scenario as scenario_mod
+from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.studies.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
 from asyncfl.studies.privacy_sweep.run import SweepCallbacks, run_sweep
 from asyncfl.studies.privacy_sweep.spec import SweepError
@@ -29,7 +29,7 @@ COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "rule", "seed", "accuracy", "bias (W)
 
 
 def cmd_privacy(args: argparse.Namespace) -> int:
-    scenario = scenario_mod.load(args.scenario, args.overrides)
+    scenario = scenario_from_args(args)
     check_scenario(scenario)
     out = Path(args.out) if args.out else Path("runs") / f"privacy-{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (out / "sweep.csv").exists() and not args.overwrite:

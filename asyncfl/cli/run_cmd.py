@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 from asyncfl.cli.console import console, err_console, progress_bar, summary_table, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
-from asyncfl.config import scenario as scenario_mod
+from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import runner
@@ -86,7 +86,7 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = scenario_mod.load(args.scenario, args.overrides)
+    scenario = scenario_from_args(args)
     out = Path(args.out) if args.out else default_out(scenario.name)
 
     def coroutine_of(**kw: Any) -> Any:
