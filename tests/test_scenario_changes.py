@@ -48,9 +48,11 @@ def test_switching_the_task_keeps_the_shared_keys(capsys):
     assert code == 0, err
     assert resolved["task"]["name"] == "digits" and resolved["task"]["model"] == "logreg"
     assert "dropped the file's task.alpha, task.beta (synthetic only)" in err
-    # a kept key that the new variant does not allow is named by validation
-    code, _, err = _validate(capsys, "--set", "task.name=mnist1d")
-    assert code == 2 and "task.model = 'logreg'" in err
+    # a kept key whose value the new variant does not allow is named by validation
+    code, _, err = _validate(capsys, "--set", "task.name=digits", "--set", "task.model=\"gru\"")
+    assert code == 2 and "task.model = 'gru'" in err
+    code, resolved, err = _validate(capsys, "--set", "task.name=mnist1d")
+    assert code == 0 and resolved["task"] == {"name": "mnist1d", "dirichlet_alpha": 0.3, "model": "logreg", "hidden": 100}
 
 
 def test_unset_restores_the_default(capsys):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
+from asyncfl.figures.style import FORMATS
 from asyncfl.registry import Registry
 from asyncfl.studies.privacy_sweep.spec import RULES
 
@@ -64,8 +65,13 @@ def validate_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
 
 
+def _format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", default="png", choices=FORMATS, help="file format of the figures (default: png)")
+
+
 def bias_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `asyncfl run`")
+    _format(p)
 
 
 def scenarios_args(p: argparse.ArgumentParser) -> None:
