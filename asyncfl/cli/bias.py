@@ -14,7 +14,6 @@ from rich.table import Table
 from asyncfl.cli.console import console, say
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.figures.bias import plot_bias_heatmaps
-from asyncfl.figures.style import check_format
 from asyncfl.run.bias_report import RULE_KEYS, write_bias_json
 
 LABELS = {"none": "no momentum (W vs I)", "momentum": "naive momentum (A = M)", "ma_full": "MA-full", "ma_light": "MA-light"}
@@ -35,7 +34,7 @@ def explain(report: dict) -> list[str]:
 
 
 def cmd_bias(args: argparse.Namespace) -> int:
-    fmt = check_format(args.format)
+    fmt = args.format or "png"
     report = write_bias_json(args.run_dir)
     figure = plot_bias_heatmaps(args.run_dir, Path(args.run_dir) / "bias_heatmaps.png", fmt)
     table = Table(title=f"implicit momentum bias ‖AW − M‖_F/‖M‖_F — {report['steps_analysed']} steps, target {report['target']} β={report['beta']}")

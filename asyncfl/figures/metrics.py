@@ -59,10 +59,13 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
         metrics = ["loss"] + [m for m in ("accuracy", "gap") if _has(data, m)]
     fig = figure(10, 3.3 * len(metrics) + 0.6)
     axes = fig.subplots(len(metrics), 2, squeeze=False, sharex="col")
+    marker = "o" if max(len(d["step"]) for d in data) <= 25 else None  # sparse evaluations: show where they are
     for d, label in zip(data, labels):
         for i, metric in enumerate(metrics):
+            if all(math.isnan(v) for v in d[metric]):
+                continue  # e.g. the accuracy of a regression run
             for j, x in enumerate(("step", "time")):
-                axes[i][j].plot(d[x], d[metric], label=label, lw=1.4, marker="o" if len(d[x]) <= 12 else None, ms=3)
+                axes[i][j].plot(d[x], d[metric], label=label, lw=1.4, marker=marker, ms=3)
     for i, metric in enumerate(metrics):
         for j, xlabel in enumerate((STEP_LABEL, TIME_LABEL)):
             ax = axes[i][j]
@@ -77,7 +80,9 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
     if len(runs) > 1 or labels != names:
         axes[0][1].legend(loc="best")
     what = "learning curves" if len(metrics) > 1 else METRIC_LABELS[metrics[0]]
-    title(fig, names[0] if len(set(names)) == 1 else " vs ".join(dict.fromkeys(names)), what)
+    unique = list(dict.fromkeys(names))
+    joined = " vs ".join(unique)
+    title(fig, unique[0] if len(unique) == 1 else joined if len(joined) <= 80 else f"{len(unique)} runs", what)
     return save(fig, path, fmt)
 
 
