@@ -63,7 +63,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
             progress.update(self.sweep, info=f"last: acc={row.final_accuracy:.3f} bias={row.bias_exact:.3f} ({row.status})")
 
     with progress:
-        _, rows = run_sweep(scenario, out, args.xi or (), args.gamma or (), args.rules, args.seeds, Bar(), budget)
+        _, rows = run_sweep(scenario, out, args.xi or (), args.gamma or (), args.rules, args.seeds, Bar(), budget, args.format or "png")
     if not args.quiet:
         table = Table(title=f"privacy sweep — {budget.describe()}")
         for col in COLUMNS:
@@ -75,5 +75,5 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         console.print(table)
         for line in findings(rows, budget):
             say(line)
-        say(f"wrote {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / 'sweep.png'}")
+        say(f"wrote {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / ('sweep.' + (args.format or 'png'))}")
     return EXIT_OK

@@ -37,7 +37,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         def on_run(point: Any, status: str) -> None:
             progress.update(bar, advance=1, last=f"{point.task} {point.method} K={point.K} dp={int(point.dp)} lr={point.lr:g} s{point.seed}: {status}")
 
-        run_study(study, Path(args.out), progress=on_run, total_hook=on_total)
+        run_study(study, Path(args.out), progress=on_run, total_hook=on_total, fmt=args.format or "png")
     if not args.quiet:
         say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'report.md'}")
     return EXIT_OK

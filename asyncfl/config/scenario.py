@@ -142,6 +142,8 @@ class RunConfig(Section):
     checkpoint_every: NonNegInt = 0  # 0 = no periodic checkpoints
     max_update_norm: PosFloat | None = None
     divergence_loss: PosFloat = 1e8  # a loss above this (or NaN) stops the run
+    # also log the evaluations to RUN_DIR/tensorboard (optional package: asyncfl[tensorboard])
+    tensorboard: bool = False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,8 +35,8 @@ def execute(study: Study, point: Point, out: Path) -> str:
 
 
 def run_study(study: Study, out: str | Path, progress: ProgressHook | None = None,
-              total_hook: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Tune, run and report (see :mod:`asyncfl.studies.ma_study`). Returns the rows written."""
+              total_hook: Callable[[int], None] | None = None, fmt: str = "png") -> dict[str, Any]:
+    """Tune, run and report (see :mod:`asyncfl.studies.ma_study`; figures as ``fmt``). Returns the rows written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = study.spec
@@ -94,5 +94,5 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
     write_csv(out / "results.csv", RESULT_FIELDS, rows)
     write_csv(out / "tuning.csv", TUNING_FIELDS, tuning_rows)
     write_scenarios(study, chosen, out / "scenarios")
-    write_report(study, out, rows, tuning_rows)
+    write_report(study, out, rows, tuning_rows, fmt)
     return {"results": rows, "tuning": tuning_rows, "chosen": chosen}

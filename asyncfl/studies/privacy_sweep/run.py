@@ -94,6 +94,7 @@ def run_sweep(
     seeds: Sequence[int] | None = None,
     callbacks: SweepCallbacks | None = None,
     budget: Budget | None = None,
+    fmt: str = "png",
 ) -> tuple[Budget, list[SweepRow]]:
     """Run every (seed, ξ, rule) of the sweep into ``out/runs/…`` and write the outputs into
     ``out`` (``sweep.csv`` is rewritten after every run, so an interrupted sweep keeps what it
@@ -128,5 +129,5 @@ def run_sweep(
     finally:
         if rows:
             write_csv(rows, out / "sweep.csv")
-    write_outputs(rows, budget, out, scenario)
+    write_outputs(rows, budget, out, scenario, fmt)
     return budget, rows
