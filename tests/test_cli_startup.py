@@ -56,6 +56,7 @@ LIGHT_COMMANDS = [
     (["privacy", QUICKSTART, "--xi", "ten"], 2),
     (["study"], 2),
     (["plot"], 2),
+    (["compare"], 2),
     (["bias"], 2),
     (["resume"], 2),
 ]
@@ -102,7 +103,7 @@ def test_python_dash_m_asyncfl_cli(tmp_path):
 
 def test_every_command_has_arguments_and_an_implementation():
     assert list(ARGUMENTS) == list(COMMANDS.names)
-    assert COMMANDS.names == ("run", "resume", "validate", "bias", "scenarios", "plot", "privacy", "study")
+    assert COMMANDS.names == ("run", "resume", "validate", "bias", "scenarios", "plot", "compare", "privacy", "study")
     for entry in COMMANDS.entries():
         assert entry.summary, entry.name
         assert callable(COMMANDS.load(entry.name)), entry.target
