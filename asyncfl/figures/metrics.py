@@ -87,8 +87,10 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
 
 
 def _positive(data: list[dict[str, list[float]]], key: str) -> bool:
-    values = [v for d in data for v in d[key] if not math.isnan(v)]
-    return bool(values) and min(values) > 0
+    """Worth a log scale: positive values spanning more than a factor 20 (a narrower span reads
+    better on a linear axis than with a log axis's sparse 2×10⁰ labels)."""
+    values = [v for d in data for v in d[key] if math.isfinite(v)]
+    return bool(values) and min(values) > 0 and max(values) / min(values) > 20
 
 
 def _percent():
