@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from asyncfl.figures.staleness import in_flight, plot_staleness, run_w, staleness_stats
+from asyncfl.figures.style import FORMATS
 
 __all__ = ["in_flight", "main", "plot", "run_w", "staleness_stats"]
 
@@ -20,13 +21,14 @@ plot = plot_staleness
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.staleness", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="an asyncfl run directory")
+    parser.add_argument("--format", choices=FORMATS, default="png", help="file format of the figure (default: png)")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
     for name in ("updates.csv", "counts.npz", "scenario.toml"):
         if not (run_dir / name).is_file():
             parser.error(f"{run_dir}: no {name} (not a run directory?)")
     stats = staleness_stats(run_dir)
-    out = plot_staleness(run_dir)
+    out = plot_staleness(run_dir, run_dir / f"staleness.{args.format}", args.format)
     print(f"{run_dir}: {stats['accepted']} accepted, staleness mean {stats['mean']:.2f}, median {stats['median']:g}, "
           f"p95 {stats['p95']:g}, max {stats['max']}; not accepted {stats['not_accepted']}")
     print(f"histogram τ=0..{len(stats['counts']) - 1}: {stats['counts']}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason", "dispatch")
-METRIC_FIELDS = ("step", "time", "wall_time", "loss", "accuracy", "train_loss", "staleness_mean", "staleness_max")
+METRIC_FIELDS = ("step", "time", "wall_time", "loss", "accuracy", "train_loss", "staleness_mean", "staleness_max", "gap")
 
 #: Why an upload was not used (``UpdateRow.reason``); ``""`` when it was accepted.
 REASONS = ("stale", "late", "non-finite", "norm", "offline")

@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"server", "clients", "privacy"},
     {"sim"},
     {"run"},
-    {"figures", "studies"},
+    {"figures", "studies", "results"},
     {"cli"},
 ]
 

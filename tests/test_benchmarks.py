@@ -25,3 +25,14 @@ def test_throughput_benchmark_runs_its_workload(monkeypatch, protocol):
     assert throughput.best_of([None, None]) is None
     # round-paired ratios 10, 20, 40 (the second round was slow for both): median 20
     assert throughput.paired_ratio([(100.0, 0), (100.0, 0), (400.0, 0)], [(10.0, 0), (5.0, 0), (10.0, 0)]) == 20.0
+
+
+def test_mnist1d_pooled_benchmark_trains_each_model():
+    from benchmarks.mnist1d_pooled import PUBLISHED, train_pooled
+
+    from asyncfl.config.tasks import MNIST1DTask
+    from asyncfl.tasks import build_task
+
+    final, best = train_pooled(build_task(MNIST1DTask(model="logreg"), 1, 0), steps=40, eval_every=20)
+    assert 0.1 < final <= best <= 1.0  # beats chance after 40 steps
+    assert set(PUBLISHED) == {"logreg", "mlp", "cnn"}

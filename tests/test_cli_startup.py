@@ -1,7 +1,8 @@
 """The command line starts light (docs/architecture.md, "Package layout"): the parser is built
 from torch-free modules and each command's implementation is imported through the command
 registry only when that command runs, so ``asyncfl --help``, every ``COMMAND --help``, argument
-errors, ``asyncfl validate`` and ``asyncfl scenarios`` import neither torch, ray nor matplotlib.
+errors, ``asyncfl validate`` and ``asyncfl scenarios`` import neither torch, ray, matplotlib nor pandas;
+``import asyncfl`` imports none of them either (``load_run`` / ``load_sweep`` load on first call).
 
 Also checked statically: no function-level import of a project module in the CLI, the studies,
 the figures or ``analysis/`` (lazy loading goes through the registry), the library never imports
@@ -22,7 +23,7 @@ import pytest
 from asyncfl.cli.commands import ARGUMENTS, COMMANDS
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "ray", "matplotlib")
+HEAVY = ("torch", "ray", "matplotlib", "pandas")
 
 # Runs ``asyncfl.cli.main.main(argv)`` and writes its exit code and the heavy modules it loaded.
 WRAPPER = """
@@ -55,6 +56,7 @@ LIGHT_COMMANDS = [
     (["privacy", QUICKSTART, "--xi", "ten"], 2),
     (["study"], 2),
     (["plot"], 2),
+    (["compare"], 2),
     (["bias"], 2),
     (["resume"], 2),
 ]
@@ -76,6 +78,13 @@ def test_light_commands_import_no_torch_ray_or_matplotlib(tmp_path, argv, code):
     assert "Traceback" not in proc.stderr
 
 
+def test_import_asyncfl_is_light_and_its_readers_load_on_first_call():
+    code = ("import sys, asyncfl; heavy = [m for m in %r if m in sys.modules]; "
+            "assert callable(asyncfl.load_run) and callable(asyncfl.load_sweep); print(heavy)") % (HEAVY,)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
+
+
 def test_argument_errors_are_one_line_naming_the_problem(tmp_path):
     out, proc = _run(tmp_path, ["privacy", QUICKSTART, "--rules", "adam"])
     assert out["rc"] == 2
@@ -94,7 +103,7 @@ def test_python_dash_m_asyncfl_cli(tmp_path):
 
 def test_every_command_has_arguments_and_an_implementation():
     assert list(ARGUMENTS) == list(COMMANDS.names)
-    assert COMMANDS.names == ("run", "resume", "validate", "bias", "scenarios", "plot", "privacy", "study", "sweep")
+    assert COMMANDS.names == ("run", "resume", "validate", "bias", "scenarios", "plot", "compare", "privacy", "study", "sweep")
     for entry in COMMANDS.entries():
         assert entry.summary, entry.name
         assert callable(COMMANDS.load(entry.name)), entry.target

@@ -17,7 +17,8 @@ import torch
 
 from asyncfl.server import ma
 from asyncfl.server.aggregation import Aggregate, weight_matrix
-from asyncfl.server.bias import bias_report, plot_bias_heatmaps
+from asyncfl.figures.bias import draw_bias_heatmaps
+from asyncfl.server.bias import bias_report
 from asyncfl.server.compose import make_rule
 from asyncfl.server.rules import Momentum, Nesterov, apply
 
@@ -552,7 +553,7 @@ def test_bias_report_matches_explicit_loops(tmp_path):
     assert used["ma_light"] == pytest.approx(expected["ma_light"], rel=1e-12)
     assert report["ma_full"] <= report["ma_light"] + 1e-12 and report["ma_full"] < report["momentum"]
 
-    path = plot_bias_heatmaps(W, M, A_full, A_light, tmp_path / "bias.png")
+    path = draw_bias_heatmaps(W, M, A_full, A_light, tmp_path / "bias.png")
     assert path.stat().st_size > 1000 and path.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -184,7 +184,7 @@ TINY_TASKS = {
     "synthetic": {"dim": 5, "classes": 3},
     "digits": {},
     "gaussian-mlp": {"dim": 4, "classes": 3, "samples_per_client": 5, "hidden": 4},
-    "mnist1d": {"samples": 200, "hidden": 8},
+    "mnist1d": {"hidden": 8},
 }
 
 

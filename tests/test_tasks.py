@@ -18,7 +18,7 @@ from asyncfl.config.registries import TASKS
 from asyncfl.tasks import ClientData, QuadraticForm, Task, build_task
 from asyncfl.tasks.common import dirichlet_split, label_entropy, task_streams
 from asyncfl.tasks.gaussian_mlp import TEST_SAMPLES, gaussian_mlp_data
-from asyncfl.tasks.mnist1d import templates
+from asyncfl.tasks.mnist1d import canonical_arrays
 from asyncfl.tasks.synthetic import MAX_SAMPLES, covariance_diag, synthetic_devices
 
 SMALL = {  # one small configuration per registered task (keeps the suite fast)
@@ -26,7 +26,7 @@ SMALL = {  # one small configuration per registered task (keeps the suite fast)
     "synthetic": (SyntheticTask(), 8),
     "digits": (DigitsTask(), 10),
     "gaussian-mlp": (GaussianMLPTask(dim=8, samples_per_client=30), 5),
-    "mnist1d": (MNIST1DTask(samples=600), 6),
+    "mnist1d": (MNIST1DTask(hidden=16), 6),
 }
 
 
@@ -295,39 +295,79 @@ def test_gaussian_mlp_labels_come_from_one_shared_map() -> None:
     assert task.dim == 6 * 8 + 8 + 8 * 4 + 4
 
 
-# -- mnist1d -----------------------------------------------------------------------------------
+# -- mnist1d: the canonical data set -----------------------------------------------------------
 @pytest.fixture(scope="module")
 def m1d() -> Task:
-    return build_task(MNIST1DTask(samples=1000, test_fraction=0.2), 8, 0)
+    return build_task(MNIST1DTask(), 8, 0)
 
 
-def test_mnist1d_shapes_and_classes(m1d: Task) -> None:
-    assert sum(len(c) for c in m1d.clients) + len(m1d.test) == 1000
-    assert len(m1d.test) == 200
+def _rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The (signal, label) rows of a data set in one canonical order (a multiset comparison)."""
+    rows = np.concatenate([x.astype(np.float64), y[:, None].astype(np.float64)], axis=1)
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+def test_mnist1d_pooled_arrays_are_make_datasets_bit_for_bit(m1d: Task, monkeypatch) -> None:
+    """The package's own make_dataset(), called here with the network cut off (it must download
+    nothing), gives exactly the task's data: the test set in order, the clients' training data
+    as a split of its 4000 training signals (each used once)."""
+    import random
+    import socket
+
+    import mnist1d.data
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("make_dataset() tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    np_state, py_state = np.random.get_state(), random.getstate()
+    ref = mnist1d.data.make_dataset()  # default arguments: seed 42, 5000 samples, 80 % train
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+    assert ref["x"].shape == (4000, 40) and ref["x_test"].shape == (1000, 40)
+    np.testing.assert_array_equal(m1d.test.x.numpy(), ref["x_test"].astype(np.float32))
+    np.testing.assert_array_equal(m1d.test.y.numpy(), ref["y_test"])
+    pooled = m1d.pooled_training_data()
+    assert len(pooled) == 4000
+    np.testing.assert_array_equal(_rows(pooled.x.numpy(), pooled.y.numpy()),
+                                  _rows(ref["x"].astype(np.float32), ref["y"]))
+
+
+def test_mnist1d_is_generated_once_per_process_and_leaves_the_global_rngs_alone() -> None:
+    import random
+
+    assert canonical_arrays() is canonical_arrays()
+    assert not canonical_arrays().x.flags.writeable
+    np_before, py_before = np.random.get_state()[1].copy(), random.getstate()
+    canonical_arrays.cache_clear()
+    try:
+        canonical_arrays()  # regenerates: make_dataset seeds numpy's and Python's global RNGs with 42
+        np.testing.assert_array_equal(np.random.get_state()[1], np_before)
+        assert random.getstate() == py_before
+    finally:
+        canonical_arrays()
+
+
+def test_mnist1d_split_depends_on_the_seed_and_alpha_not_the_data(m1d: Task) -> None:
+    other = build_task(MNIST1DTask(), 8, 1)
+    assert [len(c) for c in other.clients] != [len(c) for c in m1d.clients]
+    assert torch.equal(other.test.x, m1d.test.x)
+    iid = build_task(MNIST1DTask(dirichlet_alpha=1000.0), 8, 0)
+    entropy = lambda t: np.mean([label_entropy(c.y.numpy(), 10) for c in t.clients])  # noqa: E731
+    assert entropy(m1d) < entropy(iid) - 0.3  # α = 0.3: clients see far fewer labels than near-IID
+
+
+def test_mnist1d_models(m1d: Task) -> None:
+    assert m1d.dim == 40 * 100 + 100 + 100 * 100 + 100 + 100 * 10 + 10
     for c in m1d.clients + [m1d.test]:
         assert c.x.shape[1:] == (40,) and c.x.dtype == torch.float32 and c.y.dtype == torch.int64
-    train_y = torch.cat([c.y for c in m1d.clients])
-    assert set(train_y.tolist()) == set(range(10)) and set(m1d.test.y.tolist()) == set(range(10))
-    assert m1d.dim == 40 * 100 + 100 + 100 * 100 + 100 + 100 * 10 + 10
-
-
-def test_mnist1d_templates_are_distinct_and_labels_carry_signal(m1d: Task) -> None:
-    tpl = templates()
-    assert tpl.shape == (10, 12)
-    assert min(np.abs(tpl[i] - tpl[j]).max() for i in range(10) for j in range(i)) > 0.5
-    # a nearest-class-mean classifier beats chance (10 %) clearly: the labels are learnable
-    x = torch.cat([c.x for c in m1d.clients]).numpy()
-    y = torch.cat([c.y for c in m1d.clients]).numpy()
-    means = np.stack([x[y == c].mean(axis=0) for c in range(10)])
-    pred = np.argmin(((m1d.test.x.numpy()[:, None, :] - means) ** 2).sum(-1), axis=1)
-    assert (pred == m1d.test.y.numpy()).mean() > 0.2
-
-
-def test_mnist1d_cnn() -> None:
-    task = build_task(MNIST1DTask(samples=200, model="cnn"), 2, 0)
-    x = task.clients[0].x
-    assert task.outputs(task.initial_theta, x).shape == (len(x), 10)
-    assert task.outputs(task.initial_theta, x[0]).shape == (10,)
+    for kind, dim in (("cnn", 16 * 5 + 16 + 16 * 16 * 5 + 16 + 160 * 10 + 10), ("logreg", 40 * 10 + 10)):
+        task = build_task(MNIST1DTask(model=kind), 2, 0)
+        x = task.clients[0].x
+        assert task.dim == dim
+        assert task.outputs(task.initial_theta, x).shape == (len(x), 10)
+        assert task.outputs(task.initial_theta, x[0]).shape == (10,)
 
 
 # -- contract: determinism, layout, evaluation, pickling ------------------------------------

@@ -14,6 +14,10 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
+from asyncfl.figures.style import FORMATS
+
+#: the metrics ``asyncfl compare --metric`` can overlay (columns of metrics.csv)
+METRICS = ("accuracy", "loss", "gap", "train_loss", "staleness_mean", "staleness_max")
 from asyncfl.registry import Registry
 from asyncfl.studies.privacy_sweep.spec import RULES
 
@@ -25,6 +29,7 @@ COMMANDS: Registry[Callable[[argparse.Namespace], int]] = Registry("command", "C
     "bias": ("asyncfl.cli.bias:cmd_bias", "implicit momentum bias of a run: bias.json, a table and heat maps"),
     "scenarios": ("asyncfl.cli.scenario_library:cmd_scenarios", "list the scenario library, one line each"),
     "plot": ("asyncfl.cli.plot:cmd_plot", "learning curves of one or more runs against steps and virtual time"),
+    "compare": ("asyncfl.cli.compare:cmd_compare", "compare runs (any protocols): a table of final metrics and one metric's curves"),
     "privacy": ("asyncfl.cli.privacy:cmd_privacy", "privacy–utility sweep over ξ (or γ) at the scenario's fixed (ε, δ)"),
     "study": ("asyncfl.cli.study:cmd_study", "momentum-approximation study: tune, run, results.csv and report.md"),
     "sweep": ("asyncfl.cli.sweep:cmd_sweep", "a grid of scenario keys × seeds, run in parallel: results.csv, summary.csv with 95%% CIs"),
@@ -32,10 +37,17 @@ COMMANDS: Registry[Callable[[argparse.Namespace], int]] = Registry("command", "C
 
 
 # ---------------------------------------------------------------------------------------------
+def _changes(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a scenario key (repeatable); VALUE is read as TOML, else as a string. Switching "
+                        "latency.dist or task.name drops the file's keys of the old variant (a note names them)")
+    p.add_argument("--unset", action="append", default=[], metavar="SECTION.KEY",
+                   help="remove a key of the file, so that its default applies (repeatable)")
+
+
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario TOML file (see scenarios/)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a scenario key (repeatable); VALUE is read as TOML, else as a string")
+    _changes(p)
 
 
 def _quiet(p: argparse.ArgumentParser, help: str = "no progress bar and no summary table") -> None:
@@ -46,11 +58,13 @@ def run_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--out", help="run directory (default: runs/NAME-TIMESTAMP)")
     p.add_argument("--overwrite", action="store_true", help="allow --out to be a non-empty directory")
+    _format(p)
     _quiet(p)
 
 
 def resume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="the run directory (written by 'asyncfl run')")
+    _format(p)
     _quiet(p)
 
 
@@ -58,8 +72,14 @@ def validate_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
 
 
+def _format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=FORMATS,
+                   help="file format of the figures (default: png, or the suffix of a figure path given with --out)")
+
+
 def bias_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `asyncfl run`")
+    _format(p)
 
 
 def scenarios_args(p: argparse.ArgumentParser) -> None:
@@ -68,14 +88,24 @@ def scenarios_args(p: argparse.ArgumentParser) -> None:
 
 def plot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", help="run directories (overlaid)")
-    p.add_argument("--out", help="PNG path (default: metrics.png in the first run directory)")
+    p.add_argument("--out", help="figure path (default: metrics.FORMAT in the first run directory)")
     p.add_argument("--label", action="append", help="legend label per run (repeatable, in order)")
+    _format(p)
+
+
+def compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN", help="run directories (FedBuff, sync, baselines, private: any mix)")
+    p.add_argument("--metric", default="accuracy", choices=METRICS,
+                   help="the metric whose curves are overlaid (default: accuracy; loss when no run has one)")
+    p.add_argument("--out", help="figure path (default: no figure, only the table)")
+    p.add_argument("--label", action="append", help="label per run (repeatable, in order; default: scenario names)")
+    p.add_argument("--csv", help="also write the table as CSV to this path")
+    _format(p)
 
 
 def privacy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="a scenario with an enabled [privacy] section (e.g. scenarios/private_synthetic.toml)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a scenario key (repeatable)")
+    _changes(p)
     p.add_argument("--xi", type=float, nargs="+", metavar="XI", help="count-noise levels ξ to sweep (each > σ)")
     p.add_argument("--gamma", type=float, nargs="+", metavar="GAMMA", help="payload scales γ to sweep (each > 0)")
     p.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES), help="server rules to run at every point")
@@ -83,6 +113,7 @@ def privacy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output directory (default: runs/privacy-NAME-TIMESTAMP)")
     p.add_argument("--overwrite", action="store_true", help="allow --out to hold an earlier sweep")
     _placement(p)
+    _format(p)
     _quiet(p, "no progress bar and no table")
 
 
@@ -111,13 +142,14 @@ def study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="study directory (resumable: completed runs are kept)")
     p.add_argument("--check", action="store_true", help="validate the spec and every scenario it implies, run nothing")
     _placement(p)
+    _format(p)
     _quiet(p, "no progress bar")
 
 
 #: subcommand name → the function adding its arguments (same names as :data:`COMMANDS`)
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "run": run_args, "resume": resume_args, "validate": validate_args, "bias": bias_args,
-    "scenarios": scenarios_args, "plot": plot_args, "privacy": privacy_args, "study": study_args,
+    "scenarios": scenarios_args, "plot": plot_args, "compare": compare_args, "privacy": privacy_args, "study": study_args,
     "sweep": sweep_args,
 }
 

@@ -1,4 +1,4 @@
-"""``asyncfl plot RUN_DIR… [--out PNG] [--label L]…``: learning curves of one or more runs
+"""``asyncfl plot RUN_DIR… [--out FILE] [--label L]… [--format png|pdf|svg]``: learning curves of one or more runs
 against server steps and virtual time (:func:`asyncfl.figures.metrics.plot_metrics`;
 docs/run-directory.md, ``metrics.png``)."""
 
@@ -14,6 +14,6 @@ from asyncfl.figures.metrics import plot_metrics
 
 def cmd_plot(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "metrics.png"
-    plot_metrics(args.run_dirs, out, args.label)
+    out = plot_metrics(args.run_dirs, out, args.label, fmt=args.format)  # --format wins over the suffix
     say(f"wrote {out}")
     return EXIT_OK

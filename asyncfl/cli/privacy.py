@@ -18,18 +18,17 @@ from rich.table import Table
 
 from asyncfl.cli.console import RunsDisplay, console, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
-from asyncfl.config import scenario as scenario_mod
+from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.studies.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.privacy_sweep.run import record_command, run_sweep
-from asyncfl.studies.privacy_sweep.spec import SweepError
 from asyncfl.studies.privacy_sweep.tables import findings
 
 COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "rule", "seed", "accuracy", "bias (W)", "bias (Ŵ)", "update noise", "count noise")
 
 
 def cmd_privacy(args: argparse.Namespace) -> int:
-    scenario = scenario_mod.load(args.scenario, args.overrides)
+    scenario = scenario_from_args(args)
     check_scenario(scenario)
     out = Path(args.out) if args.out else Path("runs") / f"privacy-{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     budget = resolve_budget(scenario)
@@ -46,7 +45,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
 
     try:
         _, rows = run_sweep(scenario, out, args.xi or (), args.gamma or (), args.rules, seeds, backend=backend,
-                            on_outcome=on_run, on_start=display.start, budget=budget)
+                            on_outcome=on_run, on_start=display.start, budget=budget, fmt=args.format or "png")
     finally:
         display.close()
         backend.close()
@@ -61,5 +60,5 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         console.print(table)
         for line in findings(rows, budget):
             say(line)
-        say(f"wrote {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / 'sweep.png'}")
+        say(f"wrote {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / ('sweep.' + (args.format or 'png'))}")
     return EXIT_OK

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 from asyncfl.cli.console import console, err_console, progress_bar, summary_table, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
-from asyncfl.config import scenario as scenario_mod
+from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import runner
@@ -53,12 +53,11 @@ def graceful_sigint() -> Iterator[Callable[[], bool]]:
             signal.signal(sig, old)
 
 
-def _plot(out: Path) -> None:
-    """``metrics.png`` for a run the CLI drove (library runs and studies skip it: ~0.3 s each)."""
-    plot_metrics([out], out / "metrics.png")
+def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Callable[..., Any], out: Path, fmt: str = "png") -> int:
+    def _plot(out: Path) -> None:
+        """``metrics.FORMAT`` for a run the CLI drove (library runs and studies skip it: ~0.3 s each)."""
+        plot_metrics([out], out / f"metrics.{fmt}", fmt=fmt)
 
-
-def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Callable[..., Any], out: Path) -> int:
     with progress_bar(total, quiet) as progress, graceful_sigint() as should_stop:
         bar = progress.add_task("run", total=total, completed=start, vtime=0.0, loss="–")
 
@@ -86,13 +85,13 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = scenario_mod.load(args.scenario, args.overrides)
+    scenario = scenario_from_args(args)
     out = Path(args.out) if args.out else default_out(scenario.name)
 
     def coroutine_of(**kw: Any) -> Any:
         return runner.run_to_dir(scenario, out, overwrite=args.overwrite, **kw)
 
-    return _drive_with_progress(scenario.run.steps, 0, args.quiet, coroutine_of, out)
+    return _drive_with_progress(scenario.run.steps, 0, args.quiet, coroutine_of, out, args.format or "png")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -112,4 +111,4 @@ def cmd_resume(args: argparse.Namespace) -> int:
     def coroutine_of(**kw: Any) -> Any:
         return runner.resume_dir(out, **kw)
 
-    return _drive_with_progress(plan.scenario.run.steps, plan.step, args.quiet, coroutine_of, out)
+    return _drive_with_progress(plan.scenario.run.steps, plan.step, args.quiet, coroutine_of, out, args.format or "png")

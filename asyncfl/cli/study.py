@@ -30,7 +30,8 @@ def cmd_study(args: argparse.Namespace) -> int:
         display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
 
     try:
-        run_study(study, Path(args.out), progress=on_run, total_hook=lambda n: display.start(n, backend.slots), backend=backend)
+        run_study(study, Path(args.out), progress=on_run, total_hook=lambda n: display.start(n, backend.slots), backend=backend,
+                  fmt=args.format or "png")
     finally:
         display.close()
         backend.close()

@@ -7,10 +7,10 @@ import argparse
 
 from asyncfl.cli.console import say
 from asyncfl.cli.exit_codes import EXIT_OK
-from asyncfl.config import scenario as scenario_mod
+from asyncfl.cli.scenario_input import scenario_from_args
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    scenario = scenario_mod.load(args.scenario, args.overrides)
+    scenario = scenario_from_args(args)
     say(scenario.to_toml())
     return EXIT_OK

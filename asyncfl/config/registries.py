@@ -79,7 +79,7 @@ TASKS: Registry = Registry("task", "task.name", {
     "synthetic": ("asyncfl.tasks.synthetic:build_synthetic", "FedProx Synthetic(α, β)", tk.SyntheticTask),
     "digits": ("asyncfl.tasks.digits:build_digits", "scikit-learn 8×8 digits, Dirichlet non-IID", tk.DigitsTask),
     "gaussian-mlp": ("asyncfl.tasks.gaussian_mlp:build_gaussian_mlp", "Gaussian inputs, one-hidden-layer MLP", tk.GaussianMLPTask),
-    "mnist1d": ("asyncfl.tasks.mnist1d:build_mnist1d", "procedural 1-D digits, Dirichlet non-IID", tk.MNIST1DTask),
+    "mnist1d": ("asyncfl.tasks.mnist1d:build_mnist1d", "the canonical MNIST-1D (mnist1d package), Dirichlet non-IID", tk.MNIST1DTask),
 })
 
 # -- executors (docs/architecture.md): where local training runs --------------------------------

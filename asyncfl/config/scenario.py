@@ -46,7 +46,7 @@ __all__ = [
     "QuadraticTask", "SyntheticTask", "DigitsTask", "GaussianMLPTask", "MNIST1DTask", "TaskConfig",
     "LATENCIES", "TASKS", "SECTIONS", "TAGGED", "Scenario",
     # reading and validating
-    "validate", "load", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "FILE_KEYS",
+    "validate", "load", "apply_changes", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "FILE_KEYS",
 ]
 
 
@@ -142,6 +142,8 @@ class RunConfig(Section):
     checkpoint_every: NonNegInt = 0  # 0 = no periodic checkpoints
     max_update_norm: PosFloat | None = None
     divergence_loss: PosFloat = 1e8  # a loss above this (or NaN) stops the run
+    # also log the evaluations to RUN_DIR/tensorboard (optional package: asyncfl[tensorboard])
+    tensorboard: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,10 +462,78 @@ def assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Read, override and validate a scenario file. Relative trace paths in the file
-    (``latency.file``, ``population.availability_file``) are taken relative to the file's
-    directory; in ``--set`` overrides, relative to the working directory."""
+def _tag_of(section: str, table: Any) -> Any:
+    """The variant a raw tagged section selects (its tag key, else the section's default)."""
+    registry, default = TAGGED[section]
+    return table.get(registry.field.partition(".")[2], default) if isinstance(table, Mapping) else default
+
+
+def apply_changes(raw: dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
+                  unset: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Apply ``--unset KEY`` removals, then ``--set KEY=VALUE`` overrides, to a raw scenario
+    table read from a file; returns the notes to show the user (docs/scenario.md §2).
+
+    When the changes switch a tagged section to another variant (``latency.dist``,
+    ``task.name``), the file's keys that only the old variant has are dropped — a lognormal
+    ``latency.sigma`` means nothing to an exponential latency — and one note names them. Keys
+    given with ``--set`` are never dropped (validation then names the ones the new variant
+    refuses). Unsetting a key the file does not hold, or both setting and unsetting one, is a
+    :class:`ScenarioError`."""
+    parsed = [parse_override(item) for item in overrides]
+    set_keys = {key for key, _ in parsed}
+    errors = []
+    for key in unset:
+        if key in set_keys:
+            errors.append(f"--unset {key}: also given with --set; give one of them")
+        elif not _has(raw, key):
+            errors.append(f"--unset {key}: the scenario file has no such key")
+    if errors:
+        raise ScenarioError(errors)
+    before = {section: _tag_of(section, raw.get(section, {})) for section in TAGGED}
+    for key in unset:
+        parts = key.split(".")
+        node = raw
+        for part in parts[:-1]:
+            node = node[part]
+        del node[parts[-1]]
+    after = dict(before)
+    for section, (registry, default) in TAGGED.items():
+        if registry.field in unset:
+            after[section] = default
+    after.update((key.partition(".")[0], value) for key, value in parsed
+                 if any(key == registry.field for registry, _ in TAGGED.values()))
+    notes = []
+    for section, (registry, _) in TAGGED.items():
+        old, new, table = before[section], after[section], raw.get(section)
+        if old == new or old not in registry or new not in registry or not isinstance(table, dict):
+            continue
+        old_only = set(registry.config(old).model_fields) - set(registry.config(new).model_fields)
+        dropped = sorted(k for k in table if k in old_only and f"{section}.{k}" not in set_keys)
+        for k in dropped:
+            del table[k]
+        if dropped:
+            notes.append(f"note: {registry.field} {old!r} → {new!r}: dropped the file's "
+                         f"{', '.join(f'{section}.{k}' for k in dropped)} ({old} only)")
+    for key, value in parsed:
+        assign(raw, key, value)
+    return notes
+
+
+def _has(raw: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), unset: list[str] | tuple[str, ...] = (),
+         notes: list[str] | None = None) -> Scenario:
+    """Read, change (:func:`apply_changes`: ``--unset``, then ``--set``) and validate a scenario
+    file; the notes of the changes are appended to ``notes`` when given. Relative trace paths in
+    the file (``latency.file``, ``population.availability_file``) are taken relative to the
+    file's directory; in ``--set`` overrides, relative to the working directory."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -476,9 +546,12 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError([f"{path}: not valid TOML ({exc})"]) from None
     _anchor_paths(raw, path.parent)  # before the overrides: --set paths are relative to the cwd
-    for item in overrides:
-        key, value = parse_override(item)
-        assign(raw, key, value)
+    try:
+        found = apply_changes(raw, overrides, unset)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.problems, source=str(path)) from None
+    if notes is not None:
+        notes.extend(found)
     try:
         return validate(raw)
     except ScenarioError as exc:

@@ -1,61 +1,99 @@
-"""Learning curves of one or more run directories: ``metrics.png`` (docs/run-directory.md).
+"""Learning curves of one or more run directories: ``metrics.png`` (docs/run-directory.md §11).
 
 Each run's ``metrics.csv`` is drawn against server steps and against virtual time (the axis on
-which sync and asynchronous runs are comparable): test loss, and test accuracy when the task is
-a classification. ``asyncfl run`` draws it for every run it drives; ``asyncfl plot``
-(:mod:`asyncfl.cli.plot`) overlays several runs.
+which synchronous and asynchronous runs are comparable), one row of panels per metric: test
+loss, test accuracy when the task is a classification, the optimality gap ``F − F*`` when it is
+known (quadratic tasks). ``asyncfl run`` draws it for every run it drives; ``asyncfl plot`` and
+``asyncfl compare`` (:mod:`asyncfl.cli.plot`, :mod:`asyncfl.cli.compare`) overlay several runs,
+``compare`` one chosen metric.
 """
 
 from __future__ import annotations
 
 import math
+import tomllib
 from pathlib import Path
 from typing import Sequence
 
 from asyncfl.errors import RunDirError
+from asyncfl.figures.style import LOG_METRICS, METRIC_LABELS, STEP_LABEL, TIME_LABEL, figure, integer_ticks, save, styled, title
 from asyncfl.run.rundir import read_csv
 
+#: the metrics a figure may draw (columns of metrics.csv)
+PLOTTABLE = ("loss", "accuracy", "gap", "train_loss", "staleness_mean", "staleness_max")
 
-def _series(run_dir: Path) -> dict[str, list[float]]:
+
+def series(run_dir: Path) -> dict[str, list[float]]:
+    """The columns of ``run_dir/metrics.csv`` as floats (an empty field or a missing column: NaN)."""
     path = run_dir / "metrics.csv"
     if not path.is_file():
         raise RunDirError(f"{run_dir}: no metrics.csv (not a run directory?)")
     rows = read_csv(path)
-    out: dict[str, list[float]] = {}
-    for key in ("step", "time", "loss", "accuracy"):
-        out[key] = [float(r[key]) if r.get(key) not in (None, "") else math.nan for r in rows]
-    return out
+    return {key: [float(r[key]) if r.get(key) not in (None, "") else math.nan for r in rows]
+            for key in ("step", "time", *PLOTTABLE)}
 
 
-def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Sequence[str] | None = None) -> Path:
-    """Loss (and accuracy) against steps and virtual time for every run, one line per run."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def run_name(run_dir: Path) -> str:
+    """The scenario's name (``scenario.toml``), else the folder's."""
+    try:
+        return str(tomllib.loads((run_dir / "scenario.toml").read_text(encoding="utf-8")).get("name") or run_dir.name)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return run_dir.name
 
+
+def _has(data: list[dict[str, list[float]]], key: str) -> bool:
+    return any(not all(math.isnan(v) for v in d[key]) for d in data)
+
+
+@styled
+def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Sequence[str] | None = None,
+                 metrics: Sequence[str] | None = None, fmt: str | None = None) -> Path:
+    """``metrics`` (default: loss, and accuracy / gap where the runs have them) against steps and
+    virtual time, one line per run; the title is the scenario's name (or the names compared).
+    Returns the written path (its suffix set by ``fmt``, docs/run-directory.md §11)."""
     runs = [Path(r) for r in run_dirs]
-    data = [_series(r) for r in runs]
-    labels = list(labels) if labels else [r.name for r in runs]
-    has_accuracy = any(not all(math.isnan(v) for v in d["accuracy"]) for d in data)
-    rows = 2 if has_accuracy else 1
-    fig = Figure(figsize=(11, 3.6 * rows))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, 2, squeeze=False)
+    data = [series(r) for r in runs]
+    names = [run_name(r) for r in runs]
+    labels = list(labels) if labels else (names if len(set(names)) == len(names) else [r.name for r in runs])
+    if metrics is None:
+        metrics = ["loss"] + [m for m in ("accuracy", "gap") if _has(data, m)]
+    fig = figure(10, 3.3 * len(metrics) + 0.6)
+    axes = fig.subplots(len(metrics), 2, squeeze=False, sharex="col")
+    marker = "o" if max(len(d["step"]) for d in data) <= 25 else None  # sparse evaluations: show where they are
     for d, label in zip(data, labels):
-        for col, x in enumerate(("step", "time")):
-            axes[0][col].plot(d[x], d["loss"], label=label)
-            if has_accuracy:
-                axes[1][col].plot(d[x], d["accuracy"], label=label)
-    for col, xlabel in enumerate(("server step", "virtual time")):
-        axes[0][col].set_ylabel("test loss")
-        axes[0][col].set_yscale("log")
-        axes[-1][col].set_xlabel(xlabel)
-        if has_accuracy:
-            axes[1][col].set_ylabel("test accuracy")
-        for row in range(rows):
-            axes[row][col].grid(alpha=0.3)
-    axes[0][0].legend(fontsize="small")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    return path
+        for i, metric in enumerate(metrics):
+            if all(math.isnan(v) for v in d[metric]):
+                continue  # e.g. the accuracy of a regression run
+            for j, x in enumerate(("step", "time")):
+                axes[i][j].plot(d[x], d[metric], label=label, lw=1.4, marker=marker, ms=3)
+    for i, metric in enumerate(metrics):
+        for j, xlabel in enumerate((STEP_LABEL, TIME_LABEL)):
+            ax = axes[i][j]
+            ax.set_ylabel(METRIC_LABELS[metric])
+            if metric in LOG_METRICS and _positive(data, metric):
+                ax.set_yscale("log")
+            if metric == "accuracy":
+                ax.yaxis.set_major_formatter(_percent())
+            if i == len(metrics) - 1:
+                ax.set_xlabel(xlabel)
+        integer_ticks(axes[i][0].xaxis)
+    if len(runs) > 1 or labels != names:
+        axes[0][1].legend(loc="best")
+    what = "learning curves" if len(metrics) > 1 else METRIC_LABELS[metrics[0]]
+    unique = list(dict.fromkeys(names))
+    joined = " vs ".join(unique)
+    title(fig, unique[0] if len(unique) == 1 else joined if len(joined) <= 80 else f"{len(unique)} runs", what)
+    return save(fig, path, fmt)
 
+
+def _positive(data: list[dict[str, list[float]]], key: str) -> bool:
+    """Worth a log scale: positive values spanning more than a factor 20 (a narrower span reads
+    better on a linear axis than with a log axis's sparse 2×10⁰ labels)."""
+    values = [v for d in data for v in d[key] if math.isfinite(v)]
+    return bool(values) and min(values) > 0 and max(values) / min(values) > 20
+
+
+def _percent():
+    from matplotlib.ticker import PercentFormatter
+
+    return PercentFormatter(xmax=1.0, decimals=0)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from asyncfl.figures.style import TIME_LABEL, colorbar, figure, integer_ticks, save, styled, title
 from asyncfl.run.rundir import read_csv
 from asyncfl.server.aggregation import weight_matrix
 
@@ -70,33 +71,71 @@ def run_w(run_dir: str | Path) -> np.ndarray:
     return weight_matrix(counts, float(server.get("staleness_exponent", 0.0)), int(server["buffer"]))
 
 
-def plot_staleness(run_dir: str | Path, path: str | Path | None = None) -> Path:
-    """Draw the three panels into ``path`` (default ``RUN_DIR/staleness.png``)."""
-    import matplotlib
+def in_flight_bands(times: np.ndarray, level: np.ndarray, bins: int = 120) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The step function ``(times, level)`` summarised on ``bins`` equal bins of virtual time:
+    ``(centres, time-weighted mean, min, max)`` of the level in each bin. A FedBuff run's level
+    flips between K − 1 and K at every arrival, which drawn raw over thousands of events is a
+    solid band; the bins show its level and its range legibly."""
+    if len(times) == 0:
+        empty = np.zeros(0)
+        return empty, empty, empty, empty
+    start, end = float(times[0]), float(times[-1])
+    if end <= start:
+        return np.array([start]), np.array([float(level[-1])]), np.array([float(level.min())]), np.array([float(level.max())])
+    edges = np.linspace(start, end, bins + 1)
+    # the level holds from times[i] to times[i+1]; cut every piece at the bin edges
+    cuts = np.union1d(times, edges)
+    held = level[np.clip(np.searchsorted(times, cuts[:-1], side="right") - 1, 0, len(level) - 1)]
+    width = np.diff(cuts)
+    which = np.clip(np.searchsorted(edges, cuts[:-1], side="right") - 1, 0, bins - 1)
+    total = np.bincount(which, weights=width, minlength=bins)
+    mean = np.bincount(which, weights=width * held, minlength=bins) / np.where(total > 0, total, 1)
+    lo = np.full(bins, np.inf)
+    hi = np.full(bins, -np.inf)
+    np.minimum.at(lo, which, held)
+    np.maximum.at(hi, which, held)
+    return 0.5 * (edges[:-1] + edges[1:]), mean, lo, hi
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+@styled
+def plot_staleness(run_dir: str | Path, path: str | Path | None = None, fmt: str | None = None) -> Path:
+    """Draw the three panels into ``path`` (default ``RUN_DIR/staleness.png``; ``fmt`` png, pdf
+    or svg), titled with the scenario's name (docs/run-directory.md §11)."""
     run_dir = Path(run_dir)
+    raw = tomllib.loads((run_dir / "scenario.toml").read_text(encoding="utf-8"))
+    server = raw.get("server", {})
     stats = staleness_stats(run_dir)
     times, level = in_flight(run_dir)
     W = run_w(run_dir)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig = figure(15, 4.4)
+    axes = fig.subplots(1, 3, width_ratios=[1, 1.25, 1.1])
     ax = axes[0]
-    ax.bar(np.arange(len(stats["counts"])), stats["counts"], width=0.9)
-    ax.set(xlabel="staleness τ = t − s", ylabel="accepted updates",
-           title=f"staleness: mean {stats['mean']:.2f}, max {stats['max']}")
+    ax.bar(np.arange(len(stats["counts"])), stats["counts"], width=0.85, color="tab:blue")
+    ax.set(xlabel="staleness τ = t − s [server steps]", ylabel="accepted updates",
+           title=f"staleness: mean {stats['mean']:.2f}, median {stats['median']:g}, max {stats['max']}")
+    integer_ticks(ax.xaxis)
+    integer_ticks(ax.yaxis)
     ax = axes[1]
-    ax.step(times, level, where="post")
-    ax.set(xlabel="virtual time", ylabel="clients in flight", title="in flight over virtual time")
+    centres, mean, lo, hi = in_flight_bands(times, level)
+    ax.fill_between(centres, lo, hi, step="mid", color="tab:blue", alpha=0.25, lw=0, label="range within a time bin")
+    ax.plot(centres, mean, color="tab:blue", lw=1.4, label="time-weighted mean")
+    cap = server.get("concurrency") if server.get("protocol", "fedbuff") == "fedbuff" else server.get("cohort")
+    if cap:
+        ax.axhline(cap, color="k", ls="--", lw=0.9, label=("K (concurrency)" if server.get("protocol", "fedbuff") == "fedbuff" else "cohort") + f" = {cap}")
+    top = max(float(hi.max()) if len(hi) else 0.0, float(cap or 0))
+    ax.set_ylim(0, top * 1.15 + 1)
+    ax.set(xlabel=TIME_LABEL, ylabel="clients in flight", title="clients in flight over virtual time")
+    integer_ticks(ax.yaxis)
+    ax.legend(loc="lower right")
     ax = axes[2]
     shown = np.ma.masked_where(W == 0, W)
-    im = ax.imshow(shown, cmap="viridis", interpolation="nearest", aspect="auto")
-    ax.set(xlabel="model version s", ylabel="server step t", title="W[t, s]")
-    fig.colorbar(im, ax=ax)
-    fig.suptitle(run_dir.name)
-    fig.tight_layout()
-    out = Path(path) if path is not None else run_dir / "staleness.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    T = W.shape[0]
+    im = ax.imshow(shown, cmap="viridis", interpolation="nearest", aspect="auto", origin="upper",
+                   extent=(0.5, T + 0.5, T + 0.5, 0.5))
+    ax.set(xlabel="model version s", ylabel="server step t", title="weight matrix W (zeros blank)")
+    ax.grid(False)
+    integer_ticks(ax.xaxis)
+    integer_ticks(ax.yaxis)
+    colorbar(fig, im, ax, "W[t, s]: weight of version s in step t")
+    title(fig, str(raw.get("name") or run_dir.name), "staleness")
+    return save(fig, Path(path) if path is not None else run_dir / "staleness.png", fmt)

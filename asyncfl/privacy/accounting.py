@@ -46,7 +46,7 @@ from scipy import optimize
 
 from asyncfl.config.registries import ACCOUNTANTS
 from asyncfl.errors import ScenarioError
-from asyncfl.privacy.accountants import dp_event, pld_epsilon, pld_interval, rdp_epsilon
+from asyncfl.privacy.accountants import dp_event, pld_epsilon, pld_interval, rdp_epsilon  # noqa: F401 (re-exported)
 
 Accountant = str
 """A name in :data:`asyncfl.config.registries.ACCOUNTANTS` (``privacy.accountant``)."""

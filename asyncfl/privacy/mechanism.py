@@ -22,7 +22,7 @@ import torch
 
 from asyncfl.config.registries import COUNT_MODES
 from asyncfl.errors import NumericalFault, ScenarioError
-from asyncfl.privacy.counts import counts_clamp, counts_project, counts_raw, project_simplex
+from asyncfl.privacy.counts import counts_clamp, counts_project, counts_raw, project_simplex  # noqa: F401 (re-exported)
 from asyncfl.tensor_checks import all_finite
 
 CountsMode = str

@@ -14,8 +14,12 @@ against ``Ŵ`` (``noisy_w``).
 Runs longer than :data:`MAX_ANALYSED_STEPS` are analysed on their first steps (``W`` is lower
 triangular, so the leading block is self-contained); ``steps_analysed`` says how many.
 
-The runner calls :func:`finish_hook` after every run; ``asyncfl bias`` (:mod:`asyncfl.cli.bias`)
-prints the same report as a table.
+The report also holds the ``floor`` (the bias of MA-full with ``λ = 0`` and no window, the lowest
+any weighting of the aggregates can reach on this ``W``; docs/server-rules.md §7) and
+``identity_w`` (``W = I``: every update fresh, as in every synchronous run, so no rule has an
+implicit bias). The runner calls :func:`finish_hook` after every run; ``asyncfl bias``
+(:mod:`asyncfl.cli.bias`) prints the same report as a table and draws the heat maps
+(:mod:`asyncfl.figures.bias`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from asyncfl.errors import RunDirError
 from asyncfl.privacy.mechanism import postprocess_counts
 from asyncfl.run.rundir import write_json
 from asyncfl.server.aggregation import weight_matrix
-from asyncfl.server.bias import bias_report, plot_bias_heatmaps
+from asyncfl.server.bias import bias_report
 from asyncfl.server.ma import coefficient_matrix_full, light_recursion, target_matrix
 
 MAX_ANALYSED_STEPS = 2000
@@ -96,6 +100,8 @@ def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarra
                   used_light=used_light, used_full=used_full)
     report = bias_report(counts, **common)
     out: dict[str, Any] = {key: report[key] for key in RULE_KEYS}
+    out["floor"] = report["floor"]  # MA-full with λ = 0: the lowest bias any rule can reach on this W
+    out["identity_w"] = bool(np.allclose(weight_matrix(counts, p, C), np.eye(T), rtol=0, atol=1e-12))
     out["amplification"] = report["amplification"]
     out["per_row"] = report["per_row"]
     if server.rule == "ma-light" or used_light is not None:
@@ -109,19 +115,24 @@ def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarra
     return out
 
 
-def heatmaps(run_dir: str | Path, path: str | Path | None = None) -> Path:
-    """``M``, ``M W``, ``A_full W``, ``A_light W`` side by side (PNG in the run directory)."""
+def heatmap_matrices(run_dir: str | Path) -> dict[str, Any]:
+    """What ``bias_heatmaps.png`` draws (:mod:`asyncfl.figures.bias`): the run's exact ``W`` (its
+    first :data:`MAX_ANALYSED_STEPS` steps), the target ``M``, and the ``A`` of MA-full and MA-light
+    computed on the ``W`` the server saw (``Ŵ`` with privacy), with the scenario."""
     run_dir = Path(run_dir)
     scenario, arrays = load_run(run_dir)
     server = scenario.server
     T = min(len(arrays["by_staleness"]), MAX_ANALYSED_STEPS)
+    if T == 0:
+        raise RunDirError(f"{run_dir}: the run has no completed server step: nothing to draw")
     W = weight_matrix(arrays["by_staleness"][:T], server.staleness_exponent, server.buffer)
     seen = seen_counts(scenario, arrays)
     W_view = W if seen is None else weight_matrix(seen[:T], server.staleness_exponent, server.buffer)
-    M = target_matrix(server.ma_target, server.beta, T)
-    A_full = coefficient_matrix_full(W_view, server.ma_target, server.beta, server.ma_ridge, server.ma_window)
-    A_light = light_recursion(W_view, server.ma_target, server.beta)[0]
-    return plot_bias_heatmaps(W, M, A_full, A_light, path or run_dir / "bias_heatmaps.png")
+    return {
+        "scenario": scenario, "W": W, "M": target_matrix(server.ma_target, server.beta, T),
+        "A_full": coefficient_matrix_full(W_view, server.ma_target, server.beta, server.ma_ridge, server.ma_window),
+        "A_light": light_recursion(W_view, server.ma_target, server.beta)[0],
+    }
 
 
 def write_bias_json(run_dir: str | Path) -> dict[str, Any]:

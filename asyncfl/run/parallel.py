@@ -88,6 +88,8 @@ def run_job(job: RunJob) -> RunOutcome:
     out = Path(job.out)
     done = read_summary(out)
     if done.get("status") in FINAL_STATUSES and (out / "scenario.toml").is_file():
+        if job.after is not None:  # idempotent: a run killed between its summary and this completes here
+            job.after(out)
         return RunOutcome(job.name, out, done["status"], str(done.get("error", "")), done, 0.0, True)
     status, message = "completed", ""
     try:

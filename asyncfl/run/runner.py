@@ -26,7 +26,7 @@ from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
-from asyncfl.run import bias_report, checkpoint, rundir
+from asyncfl.run import bias_report, checkpoint, rundir, tensorboard
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
 
@@ -47,12 +47,14 @@ def _arrays(sim: Simulation) -> dict[str, np.ndarray]:
 
 
 def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write counts, model and summary for whatever state the run reached."""
+    """Write counts, model, bias and summary for whatever state the run reached. The summary
+    comes last: a ``summary.json`` with a final status means every other file is written (a run
+    killed before it is resumed, not read back)."""
     writer.write_counts(_arrays(sim))
     writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
+    bias_report.finish_hook(sim, writer.path)
     summary = {**sim.summary(), "status": status, **(extra or {})}
     writer.write_summary(summary)
-    bias_report.finish_hook(sim, writer.path)
     return summary
 
 
@@ -66,6 +68,8 @@ async def run_to_dir(
     should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """Run ``scenario`` and write its run directory ``out``; returns the summary."""
+    if scenario.run.tensorboard:
+        tensorboard.check_available()  # before anything is written
     path = rundir.prepare(out, overwrite=overwrite)
     writer = rundir.RunWriter(path)
     writer.write_scenario(scenario.to_toml())
@@ -86,10 +90,13 @@ async def _drive(
     sim.should_stop = should_stop
     every = scenario.run.checkpoint_every
     writer.write_summary({"name": scenario.name, "status": "running", "steps": sim.steps_done})
+    board = tensorboard.TensorBoardLog(writer.path, sim.steps_done) if scenario.run.tensorboard else None
     try:
         async for event in sim.events():
             if event.metrics is not None:
                 writer.write_counts(_arrays(sim))
+                if board is not None:
+                    board.on_event(sim, event)
             if every and event.step % every == 0 and event.step < event.total_steps:
                 save_checkpoint(sim, writer)
             if on_event is not None:
@@ -111,6 +118,8 @@ async def _drive(
         raise
     finally:
         writer.close()
+        if board is not None:
+            board.close()
     return finalize(sim, writer, "completed")
 
 
@@ -199,6 +208,8 @@ async def resume_dir(
     if plan.status in ("diverged", "stalled"):
         raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
     kwargs = simulation_kwargs or {}
+    if plan.scenario.run.tensorboard:
+        tensorboard.check_available()
     if plan.checkpoint is None:
         _remove_temporaries(plan.path)
         for name in OUTPUTS:

@@ -9,7 +9,6 @@ naive momentum (``A = M``), MA-full and MA-light.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,6 +24,32 @@ from asyncfl.server.ma import (
     row_bias,
     target_matrix,
 )
+
+
+def floor_residuals(W: np.ndarray, M: np.ndarray, tol: float = 1e-10) -> np.ndarray:
+    """Per row ``t``: ``min_a ‖aᵀ W[:t, :] − M[t, :]‖₂``, the smallest residual any weighting
+    ``a ∈ ℝ^t`` of the aggregates ``r_1 … r_t`` can reach — MA-full with ``λ = 0`` and no window
+    (docs/server-rules.md §7, "the floor"). It is the distance of ``M[t, :]`` from the span of the
+    first ``t`` rows of ``W``, computed with one orthonormal basis of that span grown row by row
+    (modified Gram–Schmidt, orthogonalised twice; a row whose remainder is below ``tol`` times its
+    norm adds nothing), so a singular ``W`` costs no more than an invertible one: ``O(T³)``."""
+    W = np.asarray(W, dtype=np.float64)
+    M = np.asarray(M, dtype=np.float64)
+    T = W.shape[0]
+    Q = np.zeros((T, T))  # rows 0..k-1: orthonormal basis of span(W[:t, :])
+    k = 0
+    out = np.zeros(T)
+    for t in range(T):
+        v = W[t].copy()
+        norm = float(np.linalg.norm(v))
+        for _ in range(2):
+            v -= Q[:k].T @ (Q[:k] @ v)
+        if norm > 0 and np.linalg.norm(v) > tol * norm:
+            Q[k] = v / np.linalg.norm(v)
+            k += 1
+        m = M[t]
+        out[t] = float(np.linalg.norm(m - Q[:k].T @ (Q[:k] @ m)))
+    return out
 
 
 def _matrix_from_rows(rows: np.ndarray | Sequence[Sequence[float]], T: int) -> np.ndarray:
@@ -59,6 +84,7 @@ def bias_report(
     computed offline from ``W`` with ``ridge`` / ``window``.
 
     Returns ``none``, ``momentum``, ``ma_full``, ``ma_light`` (overall relative Frobenius bias;
+    ``floor`` is the lowest any rule linear in the aggregates can reach, :func:`floor_residuals`;
     ``none`` is ``‖W − I‖_F / ‖I‖_F``), ``amplification`` (same keys, ``‖A‖_F/‖M‖_F``; ``none``
     uses ``A = I``), ``per_row`` (same keys, lists of :func:`asyncfl.server.ma.row_bias`) and
     ``a_light`` (the ``[u_t, v_t]`` pairs used — given or computed; for a Nesterov target they fit
@@ -79,27 +105,7 @@ def bias_report(
     report["amplification"] = {name: noise_amplification(A, M) for name, (A, _) in cases.items()}
     report["per_row"] = {name: row_bias(A, W, target).tolist() for name, (A, target) in cases.items()}
     report["a_light"] = uv.tolist()
+    floor = floor_residuals(W, M)
+    report["floor"] = float(np.sqrt(np.sum(floor**2)) / np.linalg.norm(M))
+    report["per_row"]["floor"] = (floor / np.linalg.norm(M, axis=1)).tolist()
     return report
-
-
-def plot_bias_heatmaps(W: np.ndarray, M: np.ndarray, A_full: np.ndarray, A_light: np.ndarray, path: str | Path) -> Path:
-    """Heat maps of ``M``, ``M W`` (naive momentum), ``A_full W`` and ``A_light W`` side by side on
-    one colour scale, like the paper's Figure 2. Uses the Agg canvas directly (no pyplot state,
-    no display). Returns the written path."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    panels = [("M (target)", M), ("M W (momentum)", M @ W), ("A W (MA-full)", A_full @ W), ("A W (MA-light)", A_light @ W)]
-    vmax = max(float(np.max(np.abs(p))) for _, p in panels) or 1.0
-    fig = Figure(figsize=(4 * len(panels), 3.6))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(panels))
-    for ax, (title, mat) in zip(axes, panels):
-        image = ax.imshow(mat, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
-        ax.set_title(title)
-        ax.set_xlabel("s (gradient version)")
-        ax.set_ylabel("t (server step)")
-    fig.colorbar(image, ax=list(axes), shrink=0.8)
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    return path

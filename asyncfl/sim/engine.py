@@ -59,6 +59,8 @@ from asyncfl.tasks import build_task
 from asyncfl.tasks.base import Task
 from asyncfl.tensor_checks import all_finite, finite_rows
 
+#: the algorithms that step through a server rule (PseudoGradient); the splitting baselines do not
+RULE_ALGORITHMS = ("fedavg", "fedprox")
 MAX_REJECTED_PER_STEP = 1000  # uploads rejected in a row (no step between) before the run stops
 
 
@@ -431,6 +433,7 @@ class Simulation:
             "train_loss": self.task.train_loss(self.theta) if self.scenario.run.train_loss else math.nan,
             "staleness_mean": float(np.mean(self._eval_staleness)) if self._eval_staleness else math.nan,
             "staleness_max": float(np.max(self._eval_staleness)) if self._eval_staleness else math.nan,
+            "gap": self.task.optimality_gap(self.theta),  # F − F* (quadratic tasks), else NaN
         }
         self._eval_staleness = []
         self.last_metrics = row
@@ -471,9 +474,16 @@ class Simulation:
     def summary(self) -> dict[str, Any]:
         c = self.counters
         wall = self.wall_time
+        server = self.scenario.server
         return {
             "name": self.scenario.name,
             "status": "completed" if self.steps_done >= self.total_steps else "incomplete",
+            # what ran (docs/run-directory.md §6); FedSplit, FedDR and FedPD use no server rule
+            "protocol": server.protocol,
+            "algorithm": server.algorithm,
+            "rule": server.rule if server.algorithm in RULE_ALGORITHMS else None,
+            "task": self.scenario.task.name,
+            "private": self.scenario.privacy.enabled,
             "steps": self.steps_done,
             "virtual_time": self.env.now,
             "wall_time": wall,

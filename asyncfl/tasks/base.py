@@ -70,6 +70,26 @@ class QuadraticForm:
         g = sum(self.linear(k) for k in range(len(self.A)))
         return torch.linalg.solve(H, g)
 
+    def objective(self, theta: torch.Tensor) -> float:
+        """``F(θ) = (1/N) Σ_k f_k(θ)``, the federated objective of docs/baselines.md §4 (g = 0)."""
+        theta = theta.to(torch.float64)
+        return float(sum(0.5 * torch.sum((A @ theta - b) ** 2) for A, b in zip(self.A, self.b)) / len(self.A))
+
+    def optimality_gap(self, theta: torch.Tensor) -> float:
+        """``F(θ) − F*`` with ``F*`` = ``F(θ*)`` at the pooled optimum (docs/tasks.md §2).
+
+        ``F`` is quadratic with Hessian ``H̄ = (1/N) Σ_k H_k`` and minimiser ``θ*``, so the gap is
+        computed as ``½ (θ − θ*)ᵀ H̄ (θ − θ*)`` — exact, ≥ 0, and free of the cancellation of
+        subtracting two nearly equal objective values."""
+        cache = self.__dict__.get("_gap_cache")
+        if cache is None:
+            H = sum(self.hessian(k) for k in range(len(self.A))) / len(self.A)
+            cache = (H, self.pooled_solution())
+            object.__setattr__(self, "_gap_cache", cache)
+        H, opt = cache
+        e = theta.to(torch.float64) - opt
+        return float(0.5 * e @ (H @ e))
+
 
 @dataclass
 class Task:
@@ -175,6 +195,11 @@ class Task:
             if self.classification:
                 correct += float((out.argmax(dim=-1) == y).sum())
         return loss, terms, correct
+
+    def optimality_gap(self, theta: torch.Tensor) -> float:
+        """``F(θ) − F*`` for tasks whose optimum is known in closed form (the quadratic task,
+        :meth:`QuadraticForm.optimality_gap`); NaN otherwise (docs/run-directory.md §3)."""
+        return self.quadratic.optimality_gap(theta) if self.quadratic is not None else math.nan
 
     def pooled_training_data(self) -> ClientData:
         """All clients' training data concatenated in client order (built once, on first use);

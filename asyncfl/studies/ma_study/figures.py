@@ -2,12 +2,16 @@
 docs/server-rules.md):
 
 * ``curves_<task>_<dp>.png`` — test accuracy and test loss against server steps and against
-  virtual time, one column per K, one line per method: the mean over seeds, the band their
-  min–max spread. Along the time axis each seed's curve is interpolated onto a common grid up to
+  virtual time, one column per K, one line per method: the mean over seeds, the band its 95 %
+  confidence interval (Student t over seeds, :func:`asyncfl.figures.ci.mean_ci`; no band for one
+  seed); accuracy bands are clipped to [0, 1], the loss (log scale) is averaged in log10 (geometric
+  mean and multiplicative interval). Along the time axis each seed's curve is interpolated onto a common grid up to
   the earliest end of the seeds, and the axis ends where the FedBuff runs end (the slower sync
   baseline is cut there). The sync baseline does not depend on K and is drawn in every column;
 * ``bias.png`` — the measured implicit momentum bias of each FedBuff method's own rule against
-  K (mean over seeds), per task and DP setting.
+  K (mean ± 95 % CI over seeds), one panel per task (rows) and DP setting (columns).
+
+Both are drawn with the shared style (:mod:`asyncfl.figures.style`) as PNG, PDF or SVG.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from asyncfl.figures.ci import mean_ci, mean_ci_columns
+from asyncfl.figures.style import METRIC_LABELS, STEP_LABEL, TIME_LABEL, figure, save, styled, title
 from asyncfl.studies.ma_study.design import Study
 from asyncfl.studies.ma_study.results import read_metrics
 from asyncfl.studies.ma_study.spec import METHOD_LABELS
-from asyncfl.studies.ma_study.tables import Rows, group, mean
+from asyncfl.studies.ma_study.tables import Rows, group
 
 COLORS = {
     "fedbuff-sgd": "tab:gray", "fedbuff-momentum": "tab:red", "fedbuff-nesterov": "tab:orange",
@@ -32,33 +38,39 @@ def _curves(out: Path, runs: Rows) -> list[list[dict[str, float]]]:
     return [m for m in (read_metrics(out / r["run_dir"]) for r in runs) if m]
 
 
-def _band(ax: Any, xs: list[np.ndarray], ys: list[np.ndarray], color: str, label: str) -> None:
+def _band(ax: Any, xs: list[np.ndarray], ys: list[np.ndarray], color: str, label: str, metric: str = "accuracy") -> None:
+    """Mean over seeds and its 95 % CI band. Accuracy: arithmetic, the band clipped to [0, 1]. Loss
+    (drawn on a log scale): on log10 of the values, i.e. the geometric mean with its multiplicative
+    interval, which stays positive."""
     n = min(len(x) for x in xs)
     x = xs[0][:n]
     Y = np.stack([y[:n] for y in ys])
-    ax.plot(x, np.nanmean(Y, axis=0), color=color, label=label, lw=1.3)
+    if metric == "loss":
+        mean, half = mean_ci_columns(np.log10(np.where(Y > 0, Y, np.nan)))
+        centre, low, high = 10.0**mean, 10.0 ** (mean - half), 10.0 ** (mean + half)
+    else:
+        mean, half = mean_ci_columns(Y)
+        centre, low, high = mean, np.clip(mean - half, 0.0, 1.0), np.clip(mean + half, 0.0, 1.0)
+    ax.plot(x, centre, color=color, label=label, lw=1.4)
     if len(ys) > 1:
-        ax.fill_between(x, np.nanmin(Y, axis=0), np.nanmax(Y, axis=0), color=color, alpha=0.15, lw=0)
+        ax.fill_between(x, low, high, color=color, alpha=0.13, lw=0)
 
 
 def _time_band(ax: Any, curves: list[list[dict[str, float]]], key: str, color: str, label: str) -> None:
     t_end = min(c[-1]["time"] for c in curves)
     grid = np.linspace(0.0, t_end, 60)
     ys = [np.interp(grid, [r["time"] for r in c], [r[key] for r in c]) for c in curves]
-    _band(ax, [grid] * len(ys), ys, color, label)
+    _band(ax, [grid] * len(ys), ys, color, label, key)
 
 
-def plot_curves(study: Study, out: Path, rows: Rows, task: str, dp: int) -> str:
-    """``curves_<task>_<dp>.png`` in ``out``; returns its name."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+@styled
+def plot_curves(study: Study, out: Path, rows: Rows, task: str, dp: int, fmt: str = "png") -> str:
+    """``curves_<task>_<dp>.FORMAT`` in ``out``; returns its name."""
     spec = study.spec
     groups = group(rows)
     Ks = [m * spec.buffer for m in spec.k_multiples]
-    fig, axes = plt.subplots(4, len(Ks), figsize=(3.6 * len(Ks), 10.5), squeeze=False, sharey="row")
+    fig = figure(3.9 * len(Ks) + 0.8, 12)
+    axes = fig.subplots(4, len(Ks), squeeze=False, sharey="row")
     panels = [("accuracy", "step"), ("accuracy", "time"), ("loss", "step"), ("loss", "time")]
     target = study.tasks[task].target_accuracy
     for j, K in enumerate(Ks):
@@ -74,58 +86,79 @@ def plot_curves(study: Study, out: Path, rows: Rows, task: str, dp: int) -> str:
                 ax = axes[i][j]
                 if axis == "step":
                     _band(ax, [np.array([r["step"] for r in c]) for c in curves],
-                          [np.array([r[metric] for r in c]) for c in curves], COLORS[method], METHOD_LABELS[method])
+                          [np.array([r[metric] for r in c]) for c in curves], COLORS[method], METHOD_LABELS[method], metric)
                 else:
                     _time_band(ax, curves, metric, COLORS[method], METHOD_LABELS[method])
         for i, (metric, axis) in enumerate(panels):
             ax = axes[i][j]
-            ax.set_xlabel("server steps" if axis == "step" else "virtual time")
+            ax.set_xlabel(STEP_LABEL if axis == "step" else TIME_LABEL)
+            ax.xaxis.set_major_locator(_ticks(axis == "step"))
             if axis == "time" and t_async > 0:
                 ax.set_xlim(0, t_async * 1.02)
             if j == 0:
-                ax.set_ylabel(f"test {metric}")
+                ax.set_ylabel(METRIC_LABELS[metric])
             if metric == "accuracy":
-                ax.axhline(target, color="k", ls=":", lw=0.8)
+                ax.yaxis.set_major_formatter(_percent())
+                ax.axhline(target, color="k", ls=":", lw=0.9, label=f"target accuracy {target:g}" if (i, j) == (0, 0) else None)
             if metric == "loss":
                 ax.set_yscale("log")
-            ax.grid(alpha=0.3)
         axes[0][j].set_title(f"K = {K // spec.buffer}C = {K}")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.suptitle(f"{task}, {'DP (ε = %g, δ = %g)' % (spec.privacy.epsilon, spec.privacy.delta) if dp else 'no DP'}: "
-                 f"mean over {len(spec.seeds_of(bool(dp)))} seed(s), band = min–max", fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
-    name = f"curves_{task}_{'dp' if dp else 'nodp'}.png"
-    fig.savefig(out / name, dpi=70)
-    plt.close(fig)
+    fig.legend(handles, labels, loc="outside lower center", ncol=4)
+    n = len(spec.seeds_of(bool(dp)))
+    spread = f"mean ± 95 % CI over {n} seeds" if n > 1 else "one seed: no interval"
+    dp_text = "DP (ε = %g, δ = %g)" % (spec.privacy.epsilon, spec.privacy.delta) if dp else "no DP"
+    title(fig, spec.name, f"{task}, {dp_text}, C = {spec.buffer}: {spread}")
+    name = f"curves_{task}_{'dp' if dp else 'nodp'}.{fmt}"
+    save(fig, out / name, fmt)
     return name
 
 
-def plot_bias(study: Study, out: Path, rows: Rows) -> str:
-    """``bias.png`` in ``out``; returns its name."""
-    import matplotlib
+def _percent() -> Any:
+    from matplotlib.ticker import PercentFormatter
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    return PercentFormatter(xmax=1.0, decimals=0)
 
+
+def _ticks(integer: bool) -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(nbins=4, integer=integer)
+
+
+@styled
+def plot_bias(study: Study, out: Path, rows: Rows, fmt: str = "png") -> str:
+    """``bias.FORMAT`` in ``out``; returns its name."""
     spec = study.spec
     groups = group(rows)
-    combos = [(t.name, int(dp)) for t in spec.tasks for dp in spec.dp]
-    fig, axes = plt.subplots(1, len(combos), figsize=(3.4 * len(combos), 3.2), squeeze=False, sharey=True)
+    dps = list(spec.dp)
+    fig = figure(max(8.0, 4.6 * len(dps) + 0.6), 3.4 * len(spec.tasks) + 1.3)
+    axes = fig.subplots(len(spec.tasks), len(dps), squeeze=False, sharex=True)
     Ks = [m * spec.buffer for m in spec.k_multiples]
-    for ax, (task, dp) in zip(axes[0], combos):
-        for method in spec.methods:
-            if method == "sync-momentum":
-                continue
-            ys = [mean([r["bias"] for r in groups.get((task, dp, method, K), [])]) for K in Ks]
-            ax.plot(Ks, ys, "o-", color=COLORS[method], label=METHOD_LABELS[method], ms=3)
-        ax.set_xscale("log")
-        ax.set_xlabel("K")
-        ax.set_title(f"{task}, {'DP' if dp else 'no DP'}", fontsize=9)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("bias ‖AW − M‖_F / ‖M‖_F")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "bias.png", dpi=70)
-    plt.close(fig)
-    return "bias.png"
+    for r, task in enumerate(spec.tasks):
+        for c, dp in enumerate(dps):
+            ax = axes[r][c]
+            for method in spec.methods:
+                if method == "sync-momentum":
+                    continue
+                stats = [mean_ci(row["bias"] for row in groups.get((task.name, int(dp), method, K), [])) for K in Ks]
+                means = np.array([s.mean for s in stats])
+                halves = np.array([s.half for s in stats])
+                # a bias is ≥ 0: the interval is cut at 0 below
+                ax.errorbar(Ks, means, yerr=[np.minimum(halves, means), halves], fmt="o-", color=COLORS[method],
+                            label=METHOD_LABELS[method], ms=4, capsize=3, lw=1.3)
+            ax.set_xscale("log")
+            ax.set_xticks(Ks, [f"{m}C = {m * spec.buffer}" for m in spec.k_multiples])
+            ax.minorticks_off()
+            ax.set_title(f"{task.name}, {'DP' if dp else 'no DP'}")
+            if c == 0:
+                ax.set_ylabel("bias ‖AW − M‖_F / ‖M‖_F")
+            if r == len(spec.tasks) - 1:
+                ax.set_xlabel("concurrency K (clients in flight)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3)
+    n = max(len(spec.seeds_of(bool(dp))) for dp in dps)
+    title(fig, spec.name, "bias of each rule on its own W" + (f"\n(mean ± 95 % CI over {n} seeds)" if n > 1 else ""))
+    name = f"bias.{fmt}"
+    save(fig, out / name, fmt)
+    return name

@@ -32,8 +32,9 @@ def run_points(study: Study, points: list[Point], out: Path, backend: Backend, p
 
 
 def run_study(study: Study, out: str | Path, progress: ProgressHook | None = None,
-              total_hook: Callable[[int], None] | None = None, backend: Backend | None = None) -> dict[str, Any]:
-    """Tune, run and report (see :mod:`asyncfl.studies.ma_study`). Returns the rows written."""
+              total_hook: Callable[[int], None] | None = None, backend: Backend | None = None,
+              fmt: str = "png") -> dict[str, Any]:
+    """Tune, run and report (see :mod:`asyncfl.studies.ma_study`; figures as ``fmt``). Returns the rows written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = study.spec
@@ -93,5 +94,5 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
     write_csv(out / "results.csv", RESULT_FIELDS, rows)
     write_csv(out / "tuning.csv", TUNING_FIELDS, tuning_rows)
     write_scenarios(study, chosen, out / "scenarios")
-    write_report(study, out, rows, tuning_rows)
+    write_report(study, out, rows, tuning_rows, fmt)
     return {"results": rows, "tuning": tuning_rows, "chosen": chosen}

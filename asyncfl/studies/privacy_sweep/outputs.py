@@ -12,11 +12,12 @@ from asyncfl.studies.privacy_sweep.spec import Budget, SweepRow
 from asyncfl.studies.privacy_sweep.tables import write_csv, write_markdown
 
 
-def write_outputs(rows: Sequence[SweepRow], budget: Budget, out: str | Path, scenario: scenario_mod.Scenario | None = None) -> dict[str, Path]:
-    """``sweep.csv``, ``sweep.md`` and ``sweep.png`` in ``out``."""
+def write_outputs(rows: Sequence[SweepRow], budget: Budget, out: str | Path, scenario: scenario_mod.Scenario | None = None,
+                  fmt: str = "png") -> dict[str, Path]:
+    """``sweep.csv``, ``sweep.md`` and the figure ``sweep.FORMAT`` in ``out``."""
     out = Path(out)
     return {
         "csv": write_csv(rows, out / "sweep.csv"),
         "md": write_markdown(rows, budget, out / "sweep.md", scenario),
-        "png": plot(rows, budget, out / "sweep.png"),
+        "png": plot(rows, budget, out / f"sweep.{fmt}", fmt=fmt, name=scenario.name if scenario is not None else ""),
     }

@@ -100,6 +100,7 @@ def run_sweep(
     on_outcome: Callable[[RunOutcome, Progress], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     budget: Budget | None = None,
+    fmt: str = "png",
 ) -> tuple[Budget, list[SweepRow]]:
     """Run every (seed, ξ, rule) of the sweep into ``out/runs/…`` through the parallel runner
     (:mod:`asyncfl.run.parallel`; finished runs are read back, interrupted ones resumed) and
@@ -124,5 +125,5 @@ def run_sweep(
         row.run_dir = str(rel)
         rows.append(row)
     write_csv(rows, out / "sweep.csv")
-    write_outputs(rows, budget, out, scenario)
+    write_outputs(rows, budget, out, scenario, fmt)
     return budget, rows

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.figures.ci import mean_ci
 from asyncfl.studies.privacy_sweep.spec import COLUMNS, RULES, Budget, SweepRow
 
 
@@ -30,18 +31,16 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
 
 
 def aggregate(rows: Sequence[SweepRow]) -> list[dict[str, Any]]:
-    """Mean (and std over seeds) of accuracy, loss and bias per (ξ, rule), sorted by ξ."""
+    """Mean and 95 % CI half-width over seeds (Student t, :func:`asyncfl.figures.ci.mean_ci`; NaN
+    for one seed) of accuracy, loss and bias per (ξ, rule), sorted by ξ."""
     groups: dict[tuple[float, str], list[SweepRow]] = {}
     for row in rows:
         groups.setdefault((row.xi, row.rule), []).append(row)
     out = []
     for (xi, rule), group in sorted(groups.items()):
         def stat(name: str) -> tuple[float, float]:
-            vals = np.array([getattr(r, name) for r in group if r.status == "completed"], dtype=float)
-            vals = vals[np.isfinite(vals)]
-            if vals.size == 0:
-                return math.nan, math.nan
-            return float(vals.mean()), float(vals.std(ddof=1)) if vals.size > 1 else 0.0
+            ci = mean_ci(getattr(r, name) for r in group if r.status == "completed")
+            return ci.mean, ci.half
         first = group[0]
         out.append({
             "xi": xi, "rule": rule, "gamma": first.gamma, "xi_over_C": first.xi_over_C, "sigma": first.sigma,
@@ -51,6 +50,11 @@ def aggregate(rows: Sequence[SweepRow]) -> list[dict[str, Any]]:
             "update_noise_std": first.update_noise_std, "count_noise_std": first.count_noise_std,
         })
     return out
+
+
+def _pm(stat: tuple[float, float]) -> str:
+    mean, half = stat
+    return f"{mean:.4f} ± {half:.4f}" if math.isfinite(half) else f"{mean:.4f} ± —"
 
 
 def crossing_xi(xis: Sequence[float], bias_ma: Sequence[float], bias_momentum: Sequence[float]) -> float | None:
@@ -119,12 +123,12 @@ def write_markdown(rows: Sequence[SweepRow], budget: Budget, path: Path, scenari
         )
     agg = aggregate(rows)
     if any(a["n"] > 1 for a in agg):
-        lines += ["", "Mean ± std over seeds:", "",
+        lines += ["", "Mean ± 95 % confidence half-width over seeds (Student t; — for one seed):", "",
                   "| ξ | ξ/C | rule | runs | final accuracy | bias (exact W) | bias (noisy Ŵ) |", "|---:|---:|---|---:|---:|---:|---:|"]
         for a in agg:
             lines.append(
-                f"| {a['xi']:.4g} | {a['xi_over_C']:.3g} | {a['rule']} | {a['n']} | {a['accuracy'][0]:.4f} ± {a['accuracy'][1]:.4f} | "
-                f"{a['bias_exact'][0]:.4f} ± {a['bias_exact'][1]:.4f} | {a['bias_noisy'][0]:.4f} ± {a['bias_noisy'][1]:.4f} |"
+                f"| {a['xi']:.4g} | {a['xi_over_C']:.3g} | {a['rule']} | {a['n']} | {_pm(a['accuracy'])} | "
+                f"{_pm(a['bias_exact'])} | {_pm(a['bias_noisy'])} |"
             )
     found = findings(rows, budget)
     if found:

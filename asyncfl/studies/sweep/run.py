@@ -31,7 +31,7 @@ import tomli_w
 
 from asyncfl.errors import UsageError
 from asyncfl.figures.metrics import plot_metrics
-from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, read_summary, run_jobs
+from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.run.rundir import atomic_write
 from asyncfl.studies.stats import mean_ci95
 from asyncfl.studies.sweep.grid import Axis, Grid
@@ -184,8 +184,12 @@ def _cell(value: Any) -> Any:
 
 
 def plot_run(out: Path) -> None:
-    """``metrics.png`` of a finished run, the figure ``asyncfl run`` draws."""
-    plot_metrics([out], out / "metrics.png")
+    """``metrics.png`` of a finished run, the figure ``asyncfl run`` draws (skipped when it is
+    already newer than the run's ``summary.json``)."""
+    figure, summary = out / "metrics.png", out / "summary.json"
+    if figure.is_file() and summary.is_file() and figure.stat().st_mtime_ns >= summary.stat().st_mtime_ns:
+        return
+    plot_metrics([out], figure)
 
 
 # ---------------------------------------------------------------------------------------------

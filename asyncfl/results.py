@@ -1,0 +1,322 @@
+"""Results as data: a run directory or a sweep directory read back as Python objects with pandas
+tables (docs/run-directory.md §10).
+
+``asyncfl.load_run(DIR)`` returns a :class:`Run`: the validated ``scenario``, the ``summary``,
+``metrics`` and ``updates`` as :class:`pandas.DataFrame` with the dtypes of
+:data:`METRIC_DTYPES` / :data:`UPDATE_DTYPES`, ``counts()`` (``by_staleness``), ``W()`` (the
+exact weight matrix), ``bias`` (``bias.json``) and ``privacy`` (the summary's privacy section).
+Every file is read on first use, so a :class:`Run` of a sweep costs nothing until it is looked at.
+
+``asyncfl.load_sweep(DIR)`` returns a :class:`Sweep` for the output directory of any of the
+drivers that run many scenarios: ``asyncfl sweep`` (``results.csv``, ``summary.csv``,
+``sweep.toml``, ``runs/``), ``asyncfl study`` (``results.csv``, ``tuning.csv``, ``runs/``) and
+``asyncfl privacy`` (``sweep.csv``, ``runs/``): ``results`` (one row per run), the runs lazily
+(``sweep.run(i)``, ``sweep.runs``) through the table's ``run_dir`` column.
+
+pandas is imported when a table is first built, never by ``import asyncfl``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import numpy as np
+
+from asyncfl.config import scenario as scenario_mod
+from asyncfl.errors import RunDirError, ScenarioError
+from asyncfl.records import METRIC_FIELDS, REASONS, UPDATE_FIELDS
+from asyncfl.server.aggregation import weight_matrix
+
+if TYPE_CHECKING:  # annotations only: pandas is imported on first use
+    import pandas as pd
+
+__all__ = ["METRIC_DTYPES", "UPDATE_DTYPES", "Run", "Sweep", "load_run", "load_sweep", "is_run_dir"]
+
+#: dtypes of the ``metrics.csv`` columns (an empty field is NaN: accuracy of a regression, …)
+METRIC_DTYPES: dict[str, str] = {
+    "step": "int64", "time": "float64", "wall_time": "float64", "loss": "float64", "accuracy": "float64",
+    "train_loss": "float64", "staleness_mean": "float64", "staleness_max": "float64", "gap": "float64",
+}
+#: dtypes of the ``updates.csv`` columns; ``reason`` is a category of ``""`` and :data:`REASONS`
+UPDATE_DTYPES: dict[str, str] = {
+    "client": "int64", "version": "int64", "step": "int64", "dispatch_time": "float64", "arrival_time": "float64",
+    "staleness": "int64", "accepted": "bool", "reason": "category", "dispatch": "int64",
+}
+assert set(METRIC_DTYPES) == set(METRIC_FIELDS) and set(UPDATE_DTYPES) == set(UPDATE_FIELDS)
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:  # pragma: no cover - a dependency of asyncfl
+        raise RunDirError("reading results as tables needs pandas (pip install pandas)") from None
+    return pandas
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDirError(f"{path}: missing") from None
+    except (ValueError, UnicodeDecodeError, OSError) as exc:
+        raise RunDirError(f"{path}: not valid JSON ({exc.__class__.__name__})") from None
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """A directory that holds a run (``scenario.toml`` and ``metrics.csv`` or ``summary.json``)."""
+    path = Path(path)
+    return (path / "scenario.toml").is_file() and ((path / "metrics.csv").is_file() or (path / "summary.json").is_file())
+
+
+def _typed(frame: "pd.DataFrame", dtypes: dict[str, str], path: Path) -> "pd.DataFrame":
+    """Cast the known columns of ``frame`` to ``dtypes`` (columns a newer asyncfl added and an
+    older run lacks are simply absent; unknown columns are kept as read)."""
+    pd = _pandas()
+    out = {}
+    for col in frame.columns:
+        kind = dtypes.get(col)
+        values = frame[col]
+        try:
+            if kind == "bool":
+                text = values.astype(str).str.lower()
+                if not text.isin(["true", "false"]).all():
+                    raise ValueError("expected true/false")
+                out[col] = text.eq("true")
+            elif kind == "category":
+                out[col] = pd.Categorical(values.fillna("").astype(str), categories=["", *REASONS])
+            elif kind == "int64":
+                out[col] = pd.to_numeric(values, errors="raise").astype("int64")
+            elif kind == "float64":
+                out[col] = pd.to_numeric(values.replace("", math.nan), errors="raise").astype("float64")
+            else:
+                out[col] = values
+        except (ValueError, TypeError) as exc:
+            raise RunDirError(f"{path}: column {col!r} does not hold {kind} values ({exc})") from None
+    return pd.DataFrame(out, columns=list(frame.columns))
+
+
+def _read_table(path: Path, dtypes: dict[str, str]) -> "pd.DataFrame":
+    pd = _pandas()
+    if not path.is_file():
+        raise RunDirError(f"{path}: missing")
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return _typed(frame, dtypes, path)
+
+
+@dataclass
+class Run:
+    """One run directory (docs/run-directory.md), its files read on first use."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    def __repr__(self) -> str:
+        summary = self.summary
+        return (f"Run({str(self.path)!r}, name={summary.get('name')!r}, status={summary.get('status')!r}, "
+                f"steps={summary.get('steps')})")
+
+    # -- the files ----------------------------------------------------------------------------
+    @cached_property
+    def scenario(self) -> scenario_mod.Scenario:
+        """The run's ``scenario.toml``, validated (:func:`asyncfl.config.scenario.load`)."""
+        try:
+            return scenario_mod.load(self.path / "scenario.toml")
+        except ScenarioError as exc:
+            raise RunDirError(f"{self.path}: its scenario.toml is not valid:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        """``summary.json`` (docs/run-directory.md §6); ``null`` numbers are None."""
+        return _read_json(self.path / "summary.json")
+
+    @cached_property
+    def metrics(self) -> "pd.DataFrame":
+        """``metrics.csv``, one row per evaluation, columns typed by :data:`METRIC_DTYPES`."""
+        return _read_table(self.path / "metrics.csv", METRIC_DTYPES)
+
+    @cached_property
+    def updates(self) -> "pd.DataFrame":
+        """``updates.csv``, one row per upload whose fate is known, typed by :data:`UPDATE_DTYPES`."""
+        return _read_table(self.path / "updates.csv", UPDATE_DTYPES)
+
+    @cached_property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array of ``counts.npz`` (docs/run-directory.md §5)."""
+        path = self.path / "counts.npz"
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+        except FileNotFoundError:
+            raise RunDirError(f"{path}: missing") from None
+        except (OSError, ValueError) as exc:
+            raise RunDirError(f"{path}: cannot be read ({exc})") from None
+
+    def counts(self) -> np.ndarray:
+        """``by_staleness`` (T×L int64): ``counts()[t-1, τ]`` accepted uploads of staleness τ in step t."""
+        return self.arrays["by_staleness"]
+
+    def W(self) -> np.ndarray:
+        """The exact weight matrix ``W[t-1, s-1] = (t−s+1)^(−p) C_{t,s} / C`` (docs/protocol.md §7),
+        with the run's ``p`` and ``C``; ``I`` for a synchronous run."""
+        server = self.scenario.server
+        return weight_matrix(self.counts(), server.staleness_exponent, int(server.buffer))
+
+    @cached_property
+    def bias(self) -> dict[str, Any] | None:
+        """``bias.json`` (docs/server-rules.md §8); None where the run has none (synchronous runs)."""
+        path = self.path / "bias.json"
+        return _read_json(path) if path.is_file() else None
+
+    @property
+    def privacy(self) -> dict[str, Any] | None:
+        """The summary's ``privacy`` section (σ, γ, ξ, ε spent, δ, accountant), None without privacy."""
+        return self.summary.get("privacy")
+
+    @property
+    def name(self) -> str:
+        return str(self.summary.get("name") or self.scenario.name)
+
+    @property
+    def status(self) -> str | None:
+        return self.summary.get("status")
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last metrics row of the summary (without ``wall_time``)."""
+        return dict(self.summary.get("final") or {})
+
+    def model(self) -> dict[str, Any]:
+        """``model.pt``: the final model's named parameters (``torch.load(weights_only=True)``)."""
+        import torch  # heavy and optional for reading tables: imported here only
+
+        return torch.load(self.path / "model.pt", weights_only=True)
+
+
+def load_run(path: str | Path) -> Run:
+    """The run in directory ``path`` (docs/run-directory.md §10). A directory that is not a run
+    is a :class:`~asyncfl.errors.RunDirError` naming what is missing."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunDirError(f"{path}: no such run directory")
+    if not is_run_dir(path):
+        raise RunDirError(f"{path}: not a run directory (it needs scenario.toml and metrics.csv or summary.json)")
+    return Run(path)
+
+
+# ---------------------------------------------------------------------------------------------
+#: (kind, results table, other files) of the layouts :func:`load_sweep` reads, in order of preference
+LAYOUTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("sweep", "results.csv", ("sweep.toml",)),   # asyncfl sweep
+    ("study", "results.csv", ("tuning.csv",)),   # asyncfl study
+    ("privacy", "sweep.csv", ()),                # asyncfl privacy
+    ("sweep", "results.csv", ()),                # a results table alone
+)
+RUN_DIR_COLUMNS = ("run_dir", "run", "dir", "path")
+
+
+@dataclass
+class Sweep:
+    """A directory of many runs with its results table (docs/run-directory.md §10)."""
+
+    path: Path
+    kind: str
+    table: str
+    _runs: dict[int, Run] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        return f"Sweep({str(self.path)!r}, kind={self.kind!r}, runs={len(self)})"
+
+    @cached_property
+    def results(self) -> "pd.DataFrame":
+        """The results table: one row per run (``results.csv`` or ``sweep.csv``), as pandas reads it."""
+        pd = _pandas()
+        try:
+            return pd.read_csv(self.path / self.table)
+        except (OSError, ValueError) as exc:
+            raise RunDirError(f"{self.path / self.table}: cannot be read ({exc})") from None
+
+    @cached_property
+    def summary(self) -> "pd.DataFrame | None":
+        """``summary.csv`` of ``asyncfl sweep`` (aggregates over seeds), None where absent."""
+        path = self.path / "summary.csv"
+        return _pandas().read_csv(path) if path.is_file() else None
+
+    @cached_property
+    def tuning(self) -> "pd.DataFrame | None":
+        """``tuning.csv`` of ``asyncfl study``, None where absent."""
+        path = self.path / "tuning.csv"
+        return _pandas().read_csv(path) if path.is_file() else None
+
+    @cached_property
+    def spec(self) -> dict[str, Any] | None:
+        """``sweep.toml`` of ``asyncfl sweep`` (the sweep's definition), None where absent."""
+        path = self.path / "sweep.toml"
+        if not path.is_file():
+            return None
+        try:
+            return tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise RunDirError(f"{path}: not valid TOML ({exc})") from None
+
+    @cached_property
+    def run_dirs(self) -> list[Path]:
+        """The run directory of each row of :attr:`results`, in row order: its ``run_dir`` column
+        (relative to the sweep), else every run directory under ``runs/`` in sorted order."""
+        column = next((c for c in RUN_DIR_COLUMNS if c in self.results.columns), None)
+        if column is not None:
+            return [self.path / str(value) for value in self.results[column]]
+        root = self.path / "runs"
+        return sorted(p.parent for p in root.rglob("scenario.toml") if is_run_dir(p.parent)) if root.is_dir() else []
+
+    def __len__(self) -> int:
+        return len(self.run_dirs)
+
+    def run(self, i: int) -> Run:
+        """The run of row ``i`` (read on first use, then kept)."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"{self.path}: row {i} of {len(self)}")
+        i %= len(self)
+        if i not in self._runs:
+            self._runs[i] = load_run(self.run_dirs[i])
+        return self._runs[i]
+
+    @property
+    def runs(self) -> Sequence[Run]:
+        """Every run, loaded lazily as it is indexed or iterated."""
+        return _LazyRuns(self)
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self.runs)
+
+
+class _LazyRuns(Sequence[Run]):
+    def __init__(self, sweep: Sweep) -> None:
+        self._sweep = sweep
+
+    def __len__(self) -> int:
+        return len(self._sweep)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._sweep.run(j) for j in range(*i.indices(len(self)))]
+        return self._sweep.run(i)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """The sweep, study or privacy sweep in directory ``path`` (docs/run-directory.md §10)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunDirError(f"{path}: no such sweep directory")
+    for kind, table, others in LAYOUTS:
+        if (path / table).is_file() and all((path / o).is_file() for o in others):
+            return Sweep(path, kind, table)
+    raise RunDirError(f"{path}: not a sweep directory (no results.csv of asyncfl sweep / asyncfl study, "
+                      "nor sweep.csv of asyncfl privacy)")

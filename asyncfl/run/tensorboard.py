@@ -1,0 +1,80 @@
+"""Optional TensorBoard logging of a run (``run.tensorboard = true``; docs/run-directory.md §1, §3).
+
+A run with it on writes TensorBoard event files into ``RUN_DIR/tensorboard/`` as it goes, so it
+can be watched live (``tensorboard --logdir runs/``), with the step as TensorBoard's step:
+
+* at every evaluation, the metrics row's scalars ``eval/loss``, ``eval/accuracy``,
+  ``eval/train_loss``, ``eval/gap`` (those that are not NaN), ``staleness/mean`` and
+  ``staleness/max``, the virtual time ``time/virtual``, the cumulative counters
+  ``updates/accepted``, ``updates/dropped`` and ``updates/rejected``, and the histogram
+  ``staleness/accepted`` of the staleness of the updates accepted since the previous evaluation
+  (from the per-step counts).
+
+The writer is machinery, not state: a checkpoint holds nothing of it, and a resumed run opens a
+new event file with ``purge_step`` = the checkpoint's step, so TensorBoard drops what the
+interrupted process had logged after it (the run itself stays bit for bit the same). The
+optional package is ``tensorboard`` (``pip install 'asyncfl[tensorboard]'``); without it a run
+with ``run.tensorboard = true`` is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from asyncfl.errors import ScenarioError
+from asyncfl.records import StepEvent
+
+DIRNAME = "tensorboard"
+SCALARS = {"loss": "eval/loss", "accuracy": "eval/accuracy", "train_loss": "eval/train_loss", "gap": "eval/gap",
+           "staleness_mean": "staleness/mean", "staleness_max": "staleness/max"}
+
+
+def _writer_class() -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ScenarioError(["run.tensorboard = true: needs the optional package tensorboard "
+                             "(pip install 'asyncfl[tensorboard]'), which is not installed"]) from None
+    return SummaryWriter
+
+
+def check_available() -> None:
+    """Raise the one-line :class:`ScenarioError` when the optional package is missing."""
+    _writer_class()
+
+
+class TensorBoardLog:
+    """Writes a run's evaluations to ``run_dir/tensorboard`` (see the module docstring)."""
+
+    def __init__(self, run_dir: Path, start_step: int = 0) -> None:
+        self.writer = _writer_class()(log_dir=str(Path(run_dir) / DIRNAME), purge_step=start_step)
+        self._since = start_step  # per-step counts already summarised
+
+    def on_event(self, sim: Any, event: StepEvent) -> None:
+        if event.metrics is None:
+            return
+        step, w = event.step, self.writer
+        for key, tag in SCALARS.items():
+            value = event.metrics.get(key, math.nan)
+            if value is not None and math.isfinite(value):
+                w.add_scalar(tag, float(value), step)
+        w.add_scalar("time/virtual", float(event.time), step)
+        w.add_scalar("updates/accepted", event.accepted, step)
+        w.add_scalar("updates/dropped", event.dropped, step)
+        w.add_scalar("updates/rejected", event.rejected, step)
+        rows = sim.records.by_staleness[self._since:step]
+        if rows:
+            width = max(len(r) for r in rows)
+            counts = np.sum([np.pad(r, (0, width - len(r))) for r in rows], axis=0)
+            taus = np.repeat(np.arange(width), counts)
+            if taus.size:
+                w.add_histogram("staleness/accepted", taus, step, bins=np.arange(width + 1) - 0.5)
+        self._since = step
+        w.flush()
+
+    def close(self) -> None:
+        self.writer.close()
