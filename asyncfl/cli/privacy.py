@@ -10,7 +10,6 @@ follows the sweep; ``sweep.csv``, ``sweep.md`` and ``sweep.png`` land in ``--out
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from rich.table import Table
 from asyncfl.cli.console import console, err_console, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.run.rundir import default_run_dir
 from asyncfl.studies.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
 from asyncfl.studies.privacy_sweep.run import SweepCallbacks, run_sweep
 from asyncfl.studies.privacy_sweep.spec import SweepError
@@ -31,7 +31,7 @@ COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "rule", "seed", "accuracy", "bias (W)
 def cmd_privacy(args: argparse.Namespace) -> int:
     scenario = scenario_mod.load(args.scenario, args.overrides)
     check_scenario(scenario)
-    out = Path(args.out) if args.out else Path("runs") / f"privacy-{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(args.out) if args.out else default_run_dir(scenario.name, prefix="privacy-")
     if (out / "sweep.csv").exists() and not args.overwrite:
         raise SweepError(f"--out {out}: already holds a sweep (sweep.csv); pass --overwrite to replace it")
     budget = resolve_budget(scenario)

@@ -12,20 +12,20 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from asyncfl.cli.console import console, err_console, progress_bar, summary_table, warn
+from asyncfl.cli.console import err_console, print_summary, progress_bar, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
-from asyncfl.run import runner
+from asyncfl.run import rundir, runner
 
 
 def default_out(name: str) -> Path:
-    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``runs/NAME-TIMESTAMP``, always inside ``runs/`` (:func:`asyncfl.run.rundir.default_run_dir`)."""
+    return rundir.default_run_dir(name)
 
 
 @contextlib.contextmanager
@@ -81,7 +81,7 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
             return EXIT_INTERRUPTED
     _plot(out)
     if not quiet:
-        console.print(summary_table(summary, out))
+        print_summary(summary, out)
     return EXIT_OK
 
 

@@ -25,10 +25,15 @@ import asyncio
 import collections
 import concurrent.futures as cf
 import copy
+import ctypes
 import dataclasses
 import itertools
 import multiprocessing as mp
+import os
 import pickle
+import queue
+import signal
+import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 
@@ -197,10 +202,34 @@ def _task_source(task: Task, recipe: TaskRecipe | None) -> TaskRecipe | bytes:
 
 # ---------------------------------------------------------------------------------------------
 WORKER_CACHE = 8  # model versions a process worker keeps (FIFO, mirrored by the parent)
+PARENT_POLL_S = 1.0  # how often an idle worker checks that its parent is alive
+_PR_SET_PDEATHSIG = 1
+_IDLE = object()
 
 
-def _process_worker(source: TaskRecipe | bytes, cfg: ClientConfig, threads: int, jobs: "mp.Queue", results: "mp.Queue") -> None:
-    """A training process: build the task once, then serve jobs until ``None``."""
+def _die_with_parent(parent: int, by_main_thread: bool) -> None:
+    """Make this worker end when the process that started it (``parent``) dies, however it dies
+    (SIGKILL included): otherwise the worker, re-parented, would wait for jobs forever.
+
+    On Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, when the parent's main thread started the
+    worker (the signal follows the death of the starting *thread*); then, everywhere, if the
+    parent is already gone, exit now. The job loop also checks ``os.getppid()`` every
+    :data:`PARENT_POLL_S` seconds while idle (:func:`_process_worker`)."""
+    if sys.platform.startswith("linux") and by_main_thread:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _process_worker(source: TaskRecipe | bytes, cfg: ClientConfig, threads: int, jobs: "mp.Queue", results: "mp.Queue",
+                    parent: int | None = None, by_main_thread: bool = False) -> None:
+    """A training process: build the task once, then serve jobs until ``None``, or until the
+    parent process (pid ``parent``) is gone (:func:`_die_with_parent`)."""
+    if parent is not None:
+        _die_with_parent(parent, by_main_thread)
     if threads:
         torch.set_num_threads(threads)
     task = _build_source(source)
@@ -214,7 +243,17 @@ def _process_worker(source: TaskRecipe | bytes, cfg: ClientConfig, threads: int,
             return versions[spec[0]]
         return versions[spec[0]]
 
-    while (msg := jobs.get()) is not None:
+    while True:
+        try:
+            msg = jobs.get(timeout=PARENT_POLL_S)
+        except queue.Empty:
+            msg = _IDLE
+        if parent is not None and os.getppid() != parent:
+            os._exit(0)  # orphaned: nobody reads the results (and a normal exit would wait on the queue)
+        if msg is _IDLE:
+            continue
+        if msg is None:
+            break
         job_id, client_k, seed, mu, start, centre = msg
         try:
             job = LocalJob(client_k, tensor(start), tensor(centre), mu, seed)
@@ -234,8 +273,9 @@ class ProcessExecutor:
         source = _task_source(task, recipe)
         self._results: mp.Queue = ctx.Queue()
         self._queues = [ctx.Queue() for _ in range(run.workers)]
+        by_main_thread = threading.current_thread() is threading.main_thread()
         self._procs = [
-            ctx.Process(target=_process_worker, args=(source, client, run.torch_threads, q, self._results),
+            ctx.Process(target=_process_worker, args=(source, client, run.torch_threads, q, self._results, os.getpid(), by_main_thread),
                         name=f"asyncfl-train-{i}", daemon=True)
             for i, q in enumerate(self._queues)
         ]

@@ -8,33 +8,61 @@ a classification. ``asyncfl run`` draws it for every run it drives; ``asyncfl pl
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from pathlib import Path
 from typing import Sequence
 
+from asyncfl.config.files import open_limited
 from asyncfl.errors import RunDirError
-from asyncfl.run.rundir import read_csv
+
+
+COLUMNS = ("step", "time", "loss", "accuracy")
+MAX_METRICS_BYTES = 256 << 20  # about 2·10⁶ evaluations
 
 
 def _series(run_dir: Path) -> dict[str, list[float]]:
+    """The plotted columns of ``run_dir/metrics.csv`` as floats (an empty field is NaN). A value
+    that is not a number, a missing column or a file that is not a metrics CSV is a RunDirError
+    naming the file, the row (the file's line number) and the column, never quoting the file."""
     path = run_dir / "metrics.csv"
-    if not path.is_file():
+    if not path.exists():
         raise RunDirError(f"{run_dir}: no metrics.csv (not a run directory?)")
-    rows = read_csv(path)
-    out: dict[str, list[float]] = {}
-    for key in ("step", "time", "loss", "accuracy"):
-        out[key] = [float(r[key]) if r.get(key) not in (None, "") else math.nan for r in rows]
+    out: dict[str, list[float]] = {key: [] for key in COLUMNS}
+    try:
+        with io.TextIOWrapper(open_limited(path, MAX_METRICS_BYTES, RunDirError), encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [key for key in COLUMNS if key not in (reader.fieldnames or [])]
+            if missing:
+                raise RunDirError(f"{path}: no column {', '.join(missing)} in its header (not an asyncfl metrics.csv)")
+            for line, row in enumerate(reader, start=2):
+                for key in COLUMNS:
+                    text = row.get(key)
+                    if text is None:
+                        raise RunDirError(f"{path}, row {line}: column {key} is missing (the row is short)")
+                    try:
+                        out[key].append(float(text) if text.strip() else math.nan)
+                    except ValueError:
+                        raise RunDirError(f"{path}, row {line}: column {key} is not a number") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise RunDirError(f"{path}: not a CSV file of UTF-8 text ({exc.__class__.__name__})") from None
     return out
 
 
 def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Sequence[str] | None = None) -> Path:
-    """Loss (and accuracy) against steps and virtual time for every run, one line per run."""
+    """Loss (and accuracy) against steps and virtual time for every run, one line per run,
+    labelled by ``labels`` (one per run) or the run directories' names, verbatim (a ``$`` is not
+    read as mathtext)."""
+    runs = [Path(r) for r in run_dirs]
+    if labels and len(labels) != len(runs):
+        raise RunDirError(f"--label given {len(labels)} time(s) for {len(runs)} run(s): give one label per run, in order")
+    data = [_series(r) for r in runs]
+    labels = [text.replace("$", r"\$") for text in (list(labels) if labels else [r.name for r in runs])]
+
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    runs = [Path(r) for r in run_dirs]
-    data = [_series(r) for r in runs]
-    labels = list(labels) if labels else [r.name for r in runs]
     has_accuracy = any(not all(math.isnan(v) for v in d["accuracy"]) for d in data)
     rows = 2 if has_accuracy else 1
     fig = Figure(figsize=(11, 3.6 * rows))

@@ -26,11 +26,10 @@ counts. The runner does this before it touches a file.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -39,9 +38,11 @@ from asyncfl import rng as rngmod
 from asyncfl.clients.fleet import FleetState
 from asyncfl.clients.replay import ReplayState
 from asyncfl.compute.training import LocalJob
+from asyncfl.config.files import read_limited
+from asyncfl.config.memory import machine_memory
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError
-from asyncfl.run.rundir import atomic_write
+from asyncfl.run.rundir import torch_bytes, write_bytes
 from asyncfl.server.algorithms import PseudoGradientState
 from asyncfl.server.ma import MAFullState, MALightState
 from asyncfl.server.rules import AdamState, EmptyState, TraceState
@@ -145,7 +146,7 @@ def save(path: str | Path, scenario: Scenario, state: SimState, run_dir: Mapping
     """Write a checkpoint atomically (temporary file, fsync, rename): a crash or a full disk
     leaves the previous checkpoint as it was."""
     data = {"format": CHECKPOINT_FORMAT, "scenario": scenario.to_toml(), "state": encode(state), "run_dir": dict(run_dir)}
-    atomic_write(Path(path), lambda p: torch.save(data, p))
+    write_bytes(Path(path), torch_bytes(data))
 
 
 class Checkpoint:
@@ -165,10 +166,11 @@ def read(path: str | Path) -> Checkpoint:
     """Read and decode a checkpoint. A missing, damaged or foreign file, another format version
     or an incomplete state raises :class:`CheckpointError` with one message."""
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise CheckpointError(f"{path}: no checkpoint")
+    raw = read_limited(path, machine_memory() or 1 << 40, CheckpointError)  # a regular file, that fits in memory
     try:
-        data = torch.load(io.BytesIO(path.read_bytes()), weights_only=True, map_location="cpu")
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no checkpoint") from None
+        data = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises many types for a damaged or foreign file
         raise CheckpointError(f"{path}: not a readable checkpoint ({exc.__class__.__name__}: {_short(exc)})") from None
     if not isinstance(data, dict) or "format" not in data:
@@ -197,10 +199,6 @@ def read(path: str | Path) -> Checkpoint:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else ""
-
-
-def prefix_digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,16 +309,16 @@ def _compare(got: Any, want: Any, path: str, problems: list[str], skip: set[str]
             _compare(item, want[min(i, len(want) - 1)], f"{path}[{i}]", problems)
 
 
-def file_problems(ck: Checkpoint, files: Mapping[str, Callable[[int], bytes]]) -> list[str]:
+def file_problems(ck: Checkpoint, digests: Mapping[str, str]) -> list[str]:
     """Whether each CSV file's first ``csv_rows`` rows are the ones the checkpoint saw:
-    ``files[name](rows)`` returns those bytes (raising CheckpointError when the file has fewer)."""
+    ``digests[name]`` is the SHA-256 of the file's header and first ``csv_rows[name]`` rows
+    (:func:`asyncfl.run.rundir.csv_prefix`)."""
     problems = []
-    for name, prefix in files.items():
+    for name, digest in digests.items():
         rows = ck.csv_rows.get(name)
         if not isinstance(rows, int) or rows < 0:
             problems.append(f"{ck.path}: csv_rows[{name!r}] = {rows!r} is not a row count")
             continue
-        digest = prefix_digest(prefix(rows))
         if digest != ck.csv_sha256.get(name):
             problems.append(f"{name}: its first {rows} rows are not the ones the checkpoint saw (the file was edited or damaged)")
     return problems

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.files import MAX_JSON_BYTES, read_limited
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
@@ -65,12 +66,14 @@ async def run_to_dir(
     simulation: Simulation | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Run ``scenario`` and write its run directory ``out``; returns the summary."""
-    path = rundir.prepare(out, overwrite=overwrite)
-    writer = rundir.RunWriter(path)
-    writer.write_scenario(scenario.to_toml())
-    sim = simulation if simulation is not None else Simulation(scenario, sink=writer)
-    return await _drive(sim, writer, on_event, should_stop)
+    """Run ``scenario`` and write its run directory ``out``; returns the summary. The directory
+    is locked for the whole run (:class:`~asyncfl.run.rundir.RunLock`)."""
+    path, lock = rundir.prepare(out, overwrite=overwrite)
+    with lock:
+        writer = rundir.RunWriter(path)
+        writer.write_scenario(scenario.to_toml())
+        sim = simulation if simulation is not None else Simulation(scenario, sink=writer)
+        return await _drive(sim, writer, on_event, should_stop)
 
 
 async def _drive(
@@ -109,6 +112,11 @@ async def _drive(
     except (KeyboardInterrupt, asyncio.CancelledError):
         finalize(sim, writer, "interrupted")  # mid-event: the last checkpoint (if any) stays valid
         raise
+    except rundir.WriteError as exc:  # a full disk: nothing more can be written, the files so far stay
+        ck = writer.path / CHECKPOINT_NAME
+        kept = (f"its last checkpoint ({ck}) is intact: make room, then 'asyncfl resume {writer.path}'"
+                if ck.exists() else f"it has no checkpoint yet: make room, then 'asyncfl resume {writer.path}' restarts it")
+        raise rundir.WriteError(f"{exc}; the run stopped after server step {sim.steps_done}, {kept}") from None
     finally:
         writer.close()
     return finalize(sim, writer, "completed")
@@ -156,10 +164,10 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
         raise RunDirError(f"{path}: not a run directory (no scenario.toml); a run killed before writing it has nothing to resume: start it again with 'asyncfl run'")
     status = None
     summary_path = path / "summary.json"
-    if summary_path.exists():
+    if summary_path.exists() or summary_path.is_symlink():
         try:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError, OSError) as exc:
+            summary = json.loads(read_limited(summary_path, MAX_JSON_BYTES, RunDirError).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
             raise RunDirError(f"{summary_path}: not valid JSON ({exc.__class__.__name__}); the run directory is damaged") from None
         if not isinstance(summary, dict):
             raise RunDirError(f"{summary_path}: not a run summary")
@@ -193,44 +201,47 @@ async def resume_dir(
     first one) the run restarts from scratch in the same directory: its outputs are rewritten,
     ``scenario.toml`` is kept. A completed run is left untouched; a diverged one is refused.
     """
-    plan = inspect_run_dir(path)
-    if plan.status == "completed":
-        raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
-    if plan.status in ("diverged", "stalled"):
-        raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
-    kwargs = simulation_kwargs or {}
-    if plan.checkpoint is None:
+    if not Path(path).is_dir():
+        inspect_run_dir(path)  # the message for a missing directory
+    with rundir.RunLock.acquire(path):  # held until the resumed run ends
+        plan = inspect_run_dir(path)
+        if plan.status == "completed":
+            raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
+        if plan.status in ("diverged", "stalled"):
+            raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
+        kwargs = simulation_kwargs or {}
+        if plan.checkpoint is None:
+            sim = Simulation(plan.scenario, **kwargs)  # refused (memory, traces) before a file is removed
+            _remove_temporaries(plan.path)
+            for name in OUTPUTS:
+                (plan.path / name).unlink(missing_ok=True)
+            writer = rundir.RunWriter(plan.path)
+            return await _drive(sim, writer, on_event, should_stop)
+        ck = plan.checkpoint
+        sim = Simulation(plan.scenario, **kwargs)
+        problems = checkpoint.validate(ck, sim.state(), plan.scenario)
+        prefixes: dict[str, rundir.CsvPrefix] = {}
+        if not problems:  # both CSV files checked before either is cut
+            fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": METRIC_FIELDS}
+            for name in fields:
+                prefixes[name] = rundir.csv_prefix(plan.path / name, fields[name], ck.csv_rows[name])
+            problems = checkpoint.file_problems(ck, {name: prefix.sha256() for name, prefix in prefixes.items()})
+        if problems:
+            listed = "\n".join(f"  - {p}" for p in problems)
+            raise CheckpointError(f"{ck.path}: does not fit {plan.path / 'scenario.toml'} and its run directory; nothing was changed:\n{listed}")
+        sim.restore(ck.state)
         _remove_temporaries(plan.path)
-        for name in OUTPUTS:
-            (plan.path / name).unlink(missing_ok=True)
-        writer = rundir.RunWriter(plan.path)
-        sim = Simulation(plan.scenario, sink=writer, **kwargs)
+        for name, prefix in prefixes.items():
+            rundir.truncate(plan.path / name, prefix.size)
+        writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes)
+        sim.sink = writer
         return await _drive(sim, writer, on_event, should_stop)
-    ck = plan.checkpoint
-    sim = Simulation(plan.scenario, **kwargs)
-    problems = checkpoint.validate(ck, sim.state(), plan.scenario)
-    prefixes: dict[str, bytes] = {}
-    if not problems:  # both CSV files checked before either is cut
-        fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": METRIC_FIELDS}
-        for name in fields:
-            prefixes[name] = rundir.csv_prefix(plan.path / name, fields[name], ck.csv_rows[name])
-        problems = checkpoint.file_problems(ck, {name: lambda rows, name=name: prefixes[name] for name in fields})
-    if problems:
-        listed = "\n".join(f"  - {p}" for p in problems)
-        raise CheckpointError(f"{ck.path}: does not fit {plan.path / 'scenario.toml'} and its run directory; nothing was changed:\n{listed}")
-    sim.restore(ck.state)
-    _remove_temporaries(plan.path)
-    for name, prefix in prefixes.items():
-        rundir.truncate(plan.path / name, len(prefix))
-    writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes)
-    sim.sink = writer
-    return await _drive(sim, writer, on_event, should_stop)
 
 
 def _remove_temporaries(path: Path) -> None:
     """Temporary files of an atomic write interrupted by a kill (``.NAME.XXXXXXXX``)."""
     for child in path.iterdir():
-        if child.is_file() and child.name.startswith(".") and any(child.name.startswith(f".{n}.") for n in (*OUTPUTS, "scenario.toml")):
+        if child.is_file() and rundir.is_temporary(child.name):
             child.unlink()
 
 

@@ -26,12 +26,12 @@ import numpy as np
 from scipy.ndimage import convolve1d
 from torch import nn
 
-from asyncfl.config.tasks import MNIST1DTask
+from asyncfl.config.tasks import MNIST1D_CLASSES, MNIST1D_LENGTH, MNIST1DTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
 
-CLASSES = 10
-LENGTH = 40
+CLASSES = MNIST1D_CLASSES
+LENGTH = MNIST1D_LENGTH
 TEMPLATE_LEN = 12
 PAD_MIN, PAD_MAX = 4, 20
 SCALE = 0.3
