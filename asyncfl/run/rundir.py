@@ -324,6 +324,7 @@ class RunWriter:
         self.path = Path(path)
         rows, prefixes = rows or {}, prefixes or {}
         self.metrics: list[dict[str, float]] = []
+        self.checkpoint_step: int | None = None  # the step of the last checkpoint written (or resumed from)
         digest = lambda name: prefixes[name].digest if name in prefixes else None  # noqa: E731
         self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append, rows.get("updates.csv", 0), digest("updates.csv"))
         self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append, rows.get("metrics.csv", 0), digest("metrics.csv"))

@@ -114,7 +114,8 @@ async def _drive(
         raise
     except rundir.WriteError as exc:  # a full disk: nothing more can be written, the files so far stay
         ck = writer.path / CHECKPOINT_NAME
-        kept = (f"its last checkpoint ({ck}) is intact: make room, then 'asyncfl resume {writer.path}'"
+        last = "" if writer.checkpoint_step is None else f" of server step {writer.checkpoint_step}"
+        kept = (f"its last checkpoint{last} ({ck}) is intact: make room, then 'asyncfl resume {writer.path}'"
                 if ck.exists() else f"it has no checkpoint yet: make room, then 'asyncfl resume {writer.path}' restarts it")
         raise rundir.WriteError(f"{exc}; the run stopped after server step {sim.steps_done}, {kept}") from None
     finally:
@@ -127,6 +128,7 @@ def save_checkpoint(sim: Simulation, writer: rundir.RunWriter) -> None:
     (written after the rows it counts)."""
     run_dir = {"csv_rows": writer.rows(), "csv_sha256": writer.digests()}
     checkpoint.save(writer.path / CHECKPOINT_NAME, sim.scenario, sim.state(), run_dir)
+    writer.checkpoint_step = sim.steps_done
 
 
 def run_to_dir_blocking(scenario: Scenario, out: str | Path, **kwargs: Any) -> dict[str, Any]:
@@ -231,9 +233,11 @@ async def resume_dir(
             raise CheckpointError(f"{ck.path}: does not fit {plan.path / 'scenario.toml'} and its run directory; nothing was changed:\n{listed}")
         sim.restore(ck.state)
         _remove_temporaries(plan.path)
+        resumed_from = ck.step
         for name, prefix in prefixes.items():
             rundir.truncate(plan.path / name, prefix.size)
         writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes)
+        writer.checkpoint_step = resumed_from
         sim.sink = writer
         return await _drive(sim, writer, on_event, should_stop)
 
