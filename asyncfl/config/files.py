@@ -67,10 +67,17 @@ def read_limited(path: str | Path, limit: int, fail: Fail) -> bytes:
     """The bytes of the regular file ``path`` (:func:`open_limited`), at most ``limit`` of them:
     a file that grows past the limit while it is read is refused too."""
     with open_limited(path, limit, fail) as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
+        size = os.fstat(fh.fileno()).st_size
+        parts, total = [fh.read(size)], size  # one read of the size stat reported, then what was appended
+        while total <= limit:
+            more = fh.read(min(1 << 20, limit + 1 - total))
+            if not more:
+                break
+            parts.append(more)
+            total += len(more)
+    if total > limit:
         raise fail(f"{path}: larger than the {_size(limit)} read at most for this file")
-    return data
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def read_text_limited(path: str | Path, limit: int, fail: Fail) -> str:

@@ -463,7 +463,7 @@ def _check_traces(sc: Scenario) -> list[str]:
             errors.append(f"latency.file = {_fmt(lat.file)}: {problem}")
         elif not (path.is_file() or (isinstance(lat, TraceLatency) and (path / "updates.csv").is_file())):
             what = "an updates.csv or a run directory holding one" if isinstance(lat, TraceLatency) else "a FedScale device pickle"
-            errors.append(f"latency.file = {lat.file!r}: no such file (must be {what})")
+            errors.append(f"latency.file = {lat.file!r}: {_file_problem(path)} (must be {what})")
     if isinstance(lat, TraceLatency) and pop.availability != "always":
         errors.append(f"population.availability = {pop.availability!r}: must be 'always' with latency.dist = 'trace' (the recording already holds its availability: waits and offline drops are replayed)")
     if pop.availability == "trace":
@@ -472,13 +472,21 @@ def _check_traces(sc: Scenario) -> list[str]:
         elif package_name_problem(pop.availability_file):
             errors.append(f"population.availability_file = {_fmt(pop.availability_file)}: {package_name_problem(pop.availability_file)}")
         elif not resolve_path(pop.availability_file).is_file():
-            errors.append(f"population.availability_file = {pop.availability_file!r}: no such file (must be a FedScale availability pickle)")
+            errors.append(f"population.availability_file = {pop.availability_file!r}: "
+                          f"{_file_problem(resolve_path(pop.availability_file))} (must be a FedScale availability pickle)")
     elif pop.availability_file is not None:
         errors.append(f"population.availability_file = {pop.availability_file!r}: only used with population.availability = 'trace' (it is {pop.availability!r})")
     return errors
 
 
 PACKAGE_PREFIX = "asyncfl:"
+
+
+def _file_problem(path: Path) -> str:
+    """Why ``path`` (which is not a regular file) cannot be read as an input file."""
+    if not path.exists():
+        return "no such file"
+    return "is a directory" if path.is_dir() else "not a regular file (a device or a pipe cannot be read as input)"
 
 
 PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"

@@ -68,9 +68,12 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
     fig = Figure(figsize=(11, 3.6 * rows))
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, 2, squeeze=False)
+    handles = []
     for d, label in zip(data, labels):
         for col, x in enumerate(("step", "time")):
-            axes[0][col].plot(d[x], d["loss"], label=label)
+            (line,) = axes[0][col].plot(d[x], d["loss"], label=label)
+            if col == 0:
+                handles.append(line)
             if has_accuracy:
                 axes[1][col].plot(d[x], d["accuracy"], label=label)
     for col, xlabel in enumerate(("server step", "virtual time")):
@@ -81,7 +84,8 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
             axes[1][col].set_ylabel("test accuracy")
         for row in range(rows):
             axes[row][col].grid(alpha=0.3)
-    axes[0][0].legend(fontsize="small")
+    # handles and labels given explicitly: matplotlib would drop a label starting with "_"
+    axes[0][0].legend(handles, labels, fontsize="small")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)

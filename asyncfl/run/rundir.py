@@ -216,12 +216,9 @@ def _read_pid(fd: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def prepare(out: str | Path, overwrite: bool = False) -> tuple[Path, RunLock]:
-    """Create the run directory and take its lock (:class:`RunLock`; the caller releases it).
-
-    A non-empty directory is refused unless ``overwrite``; with ``overwrite`` it may hold only
-    the files of a run directory (:func:`is_run_file`), which are then removed under the lock. A
-    directory holding anything else — another file, a folder — is refused, touching nothing."""
+def check_out(out: str | Path, overwrite: bool = False) -> Path:
+    """What :func:`prepare` refuses, checked without creating or changing anything (a run checks
+    this before it builds its simulation, which can take a while)."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path}: exists and is not a directory")
@@ -231,6 +228,16 @@ def prepare(out: str | Path, overwrite: bool = False) -> tuple[Path, RunLock]:
                 RunLock.acquire(path).release()  # in use: says by whom
             raise RunDirError(f"--out {path}: directory is not empty; choose another or pass --overwrite")
         _refuse_foreign(path)
+    return path
+
+
+def prepare(out: str | Path, overwrite: bool = False) -> tuple[Path, RunLock]:
+    """Create the run directory and take its lock (:class:`RunLock`; the caller releases it).
+
+    A non-empty directory is refused unless ``overwrite``; with ``overwrite`` it may hold only
+    the files of a run directory (:func:`is_run_file`), which are then removed under the lock. A
+    directory holding anything else — another file, a folder — is refused, touching nothing."""
+    path = check_out(out, overwrite)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -68,11 +68,13 @@ async def run_to_dir(
 ) -> dict[str, Any]:
     """Run ``scenario`` and write its run directory ``out``; returns the summary. The directory
     is locked for the whole run (:class:`~asyncfl.run.rundir.RunLock`)."""
+    rundir.check_out(out, overwrite=overwrite)
+    # built first: a scenario refused while building (memory, traces) leaves no directory behind
+    sim = simulation if simulation is not None else Simulation(scenario)
     path, lock = rundir.prepare(out, overwrite=overwrite)
     with lock:
         writer = rundir.RunWriter(path)
         writer.write_scenario(scenario.to_toml())
-        sim = simulation if simulation is not None else Simulation(scenario, sink=writer)
         return await _drive(sim, writer, on_event, should_stop)
 
 
