@@ -414,11 +414,23 @@ def test_9_a_loss_far_above_the_initial_one_is_divergence(key, tmp_path, capsys)
     out = tmp_path / "run"
     code, _, err = cli(capsys, "run", path, "--set", f"{key}=1e6", "--set", "run.steps=30", "--out", out, "--quiet")
     summary = json.loads((out / "summary.json").read_text())
-    assert code == 3 and "run.divergence_factor = 1000 × the initial model's test loss" in err, err
+    assert code == 3 and "run.divergence_factor = 100000 × the initial model's test loss" in err, err
     assert summary["status"] == "diverged" and "divergence_factor" in summary["error"]
     first = float(rundir.read_csv(out / "metrics.csv")[0]["loss"])
-    assert summary["final"]["loss"] > 1000 * first  # the bound that fired, checked on the files
+    assert summary["final"]["loss"] > 1e5 * first  # the bound that fired, checked on the files
     assert checkpoint.read(out / "checkpoint.pt").step == summary["steps"]
+
+
+@pytest.mark.slow
+def test_9_the_default_bounds_trip_on_no_committed_scenario(tmp_path, capsys):
+    """The committed scenario whose loss grows most (FedBuff + momentum at the study's tuned lr:
+    7150× its initial loss within 100 steps) completes under the default bounds."""
+    path = REPO / "scenarios" / "study_synthetic_K5C.toml"
+    code, _, err = cli(capsys, "run", path, "--out", tmp_path / "run", "--quiet")
+    assert code == 0, err
+    losses = [float(r["loss"]) for r in rundir.read_csv(tmp_path / "run" / "metrics.csv")]
+    growth = max(losses) / losses[0]
+    assert 1000 < growth < sc.RunConfig().divergence_factor / 10
 
 
 def test_9_each_bound_says_that_it_fired(tmp_path, capsys):
@@ -771,26 +783,26 @@ def test_18_the_synthetic_mean_sample_count_matches_a_monte_carlo():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads ru_maxrss in kB")
-def test_18_the_estimate_is_close_to_the_measured_peak(tmp_path):
-    """Build a ~550 MB task in a fresh process and compare the growth of its peak resident memory
-    with the estimate's task parts: never below 0.8× the peak (it must not underestimate), and
-    under 2.5× it (resident memory on a shared machine can read low when pages are reclaimed)."""
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc/self/statm")
+def test_18_the_estimate_is_close_to_the_measured_memory(tmp_path):
+    """Build a ~550 MB task (and its pooled copy) in a fresh process and compare the growth of
+    its resident memory with the estimate's task parts: never below 0.8× the growth (it must not
+    underestimate) and under 2.5× it."""
     script = f"""
-import resource, sys
+import os, sys
 sys.path.insert(0, {str(REPO / 'tests')!r})
 from conftest import make_scenario
 from asyncfl.config.memory import estimate
 from asyncfl.tasks import build_task
 import torch
+resident = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 sc = make_scenario({{"population.clients": 4000, "population.speed_sigma": 0.0,
     "task": {{"name": "gaussian-mlp", "dim": 64, "samples_per_client": 250, "hidden": 16}}, "server.concurrency": 8}})
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = resident()
 task = build_task(sc.task, sc.population.clients, sc.seed)
 task.train_loss(task.initial_theta)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 parts = {{p.what: p.bytes for p in estimate(sc).parts}}
-print(after - before, parts["the task's data"] + parts["the pooled training data for run.train_loss"])
+print(resident() - before, parts["the task's data"] + parts["the pooled training data for run.train_loss"])
 """
     proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=300)
@@ -801,6 +813,60 @@ print(after - before, parts["the task's data"] + parts["the pooled training data
 def test_18_every_committed_scenario_fits_a_small_machine():
     for path in sorted((REPO / "scenarios").glob("*.toml")):
         assert memory.estimate(sc.load(path)).total < 4 << 30, path
+
+
+# ---------------------------------------------------------------------------------------------
+# the same kinds of defect, found elsewhere
+def test_deeply_nested_input_is_refused_not_a_traceback(run_dir, tmp_path, capsys):
+    """Python's TOML and JSON parsers recurse once per nesting level: RecursionError tracebacks."""
+    deep = tmp_path / "deep.toml"
+    deep.write_text("[run]\nsteps = " + "[" * 5000 + "]" * 5000 + "\n")
+    code, _, err = cli(capsys, "validate", deep)
+    assert code == 2 and "nested too deeply" in err, err
+    code, _, err = cli(capsys, "validate", scenario_file(tmp_path), "--set", "run.steps=" + "[" * 5000 + "]" * 5000)
+    assert code == 2 and "--set run.steps: the value is nested too deeply" in err, err
+    code, _, err = cli(capsys, "study", deep, "--out", tmp_path / "study", "--check")
+    assert code == 2 and "nested too deeply" in err, err
+    (run_dir / "summary.json").write_text("[" * 100000 + "]" * 100000)
+    before = snapshot(run_dir)
+    code, _, err = cli(capsys, "resume", run_dir, "--quiet")
+    assert code == 2 and "summary.json: not valid JSON" in err and snapshot(run_dir) == before, err
+
+
+def test_plot_labels_are_drawn_verbatim(stopped, tmp_path, capsys):
+    """A '$' made matplotlib parse mathtext (an unbalanced one raised); a label starting with '_'
+    was silently left out of the legend."""
+    out = tmp_path / "_private $run"
+    shutil.copytree(stopped[1], out)
+    import matplotlib.figure
+
+    seen = []
+    original = matplotlib.axes.Axes.legend
+
+    def spy(self, *args, **kw):
+        seen.append(list(args[1]) if len(args) > 1 else None)
+        return original(self, *args, **kw)
+
+    matplotlib.axes.Axes.legend = spy
+    try:
+        code, _, err = cli(capsys, "plot", out, stopped[1], "--out", tmp_path / "p.png", "--label", "$\\frac{", "--label", "_hidden")
+    finally:
+        matplotlib.axes.Axes.legend = original
+    assert code == 0, err
+    assert seen == [["\\$\\frac{", "_hidden"]]  # '$' escaped, '_' kept: both drawn as written
+    assert cli(capsys, "plot", out, "--out", tmp_path / "q.png")[0] == 0
+
+
+def test_a_scenario_refused_while_building_leaves_no_run_directory(tmp_path, capsys):
+    path = scenario_file(tmp_path, **{"task": {"name": "digits"}, "population.clients": 5000, "server.concurrency": 8})
+    out = tmp_path / "run"
+    code, _, err = cli(capsys, "run", path, "--out", out, "--quiet")
+    assert code == 2 and "training samples to split" in err and not out.exists(), err
+
+
+def test_workers_are_counted_in_the_memory_estimate(tmp_path, capsys):
+    code, _, err = cli(capsys, "validate", scenario_file(tmp_path), "--set", 'run.executor="processes"', "--set", "run.workers=4096")
+    assert code == 2 and "4096 worker processes, each building the task" in err, err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import difflib
 import math
 import os
 import re
+import reprlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +152,7 @@ class RunConfig(Section):
     # divergence guards (docs/architecture.md §8): an evaluated test loss that is NaN/Inf, above
     # divergence_loss, or above divergence_factor × the loss of the initial model stops the run
     divergence_loss: PosFloat = 1e8
-    divergence_factor: Annotated[float, Field(gt=1, le=1e12)] = 1e3
+    divergence_factor: Annotated[float, Field(gt=1, le=1e12)] = 1e5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,8 +227,15 @@ def _suggest(key: str, allowed: list[str]) -> str:
     return f"{hint} Allowed: {', '.join(sorted(allowed))}"
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlevel = 3
+
+
 def _fmt(value: Any) -> str:
-    text = repr(value)
+    """``repr(value)`` for a message, at most 60 characters; long strings and deep or long
+    containers are elided without being formatted whole."""
+    text = _SHORT.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -552,6 +560,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError([f"--set {text!r}: expected section.key=value"])
     try:
         value = tomllib.loads(f"v = {value_text.strip()}")["v"]
+    except RecursionError:
+        raise ScenarioError([f"--set {key}: the value is nested too deeply"]) from None
     except tomllib.TOMLDecodeError:
         value = value_text.strip()
     if isinstance(value, float) and not math.isfinite(value):
@@ -604,6 +614,8 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError([f"{path}: not valid TOML ({exc})"]) from None
+    except RecursionError:  # the parser recurses once per nesting level
+        raise ScenarioError([f"{path}: not valid TOML (arrays or tables nested too deeply)"]) from None
     _anchor_paths(raw, path.parent)  # before the overrides: --set paths are relative to the cwd
     for item in overrides:
         key, value = parse_override(item)

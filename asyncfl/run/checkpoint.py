@@ -236,7 +236,7 @@ def read(path: str | Path) -> Checkpoint:
         raise CheckpointError(f"{path}: incomplete checkpoint (missing {', '.join(missing)})")
     try:
         intact = data["sha256"] == content_digest({k: v for k, v in data.items() if k != "sha256"})
-    except CheckpointError:
+    except (CheckpointError, RecursionError):  # not checkpoint data, or nested deeper than any state
         intact = False
     if not intact:
         raise CheckpointError(f"{path}: damaged (its content does not match the SHA-256 it was written with)")
@@ -244,6 +244,8 @@ def read(path: str | Path) -> Checkpoint:
         state = decode(data["state"])
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: not a simulation state (nested too deeply)") from None
     if not isinstance(state, SimState):
         raise CheckpointError(f"{path}: the checkpoint holds no simulation state")
     run_dir = data["run_dir"]

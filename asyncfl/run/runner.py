@@ -171,7 +171,7 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
     if summary_path.exists() or summary_path.is_symlink():
         try:
             summary = json.loads(read_limited(summary_path, MAX_JSON_BYTES, RunDirError).decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise RunDirError(f"{summary_path}: not valid JSON ({exc.__class__.__name__}); the run directory is damaged") from None
         if not isinstance(summary, dict):
             raise RunDirError(f"{summary_path}: not a run summary")

@@ -178,6 +178,8 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     text = read_text_limited(path, MAX_SCENARIO_BYTES, lambda message: StudyError([f"study spec {message}"]))
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise StudyError([f"{path}: not valid TOML (arrays or tables nested too deeply)"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise StudyError([f"{path}: not valid TOML ({exc})"]) from None
 
