@@ -42,7 +42,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from asyncfl.config.files import open_limited
+from asyncfl.config.files import MAX_JSON_BYTES, open_limited, read_limited
 from asyncfl.errors import RunDirError
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, UpdateRow
 
@@ -443,6 +443,20 @@ def truncate(path: Path, size: int) -> None:
             os.fsync(fh.fileno())
 
 
+MAX_CSV_BYTES = 1 << 30
+
+
 def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
+    """The rows of a CSV file of a run directory (a regular file of at most :data:`MAX_CSV_BYTES`;
+    RunDirError otherwise)."""
+    with io.TextIOWrapper(open_limited(path, MAX_CSV_BYTES, RunDirError), newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file of a run directory (``summary.json``, ``bias.json``), read within
+    :data:`~asyncfl.config.files.MAX_JSON_BYTES`; a RunDirError when it cannot be read or parsed."""
+    try:
+        return json.loads(read_limited(path, MAX_JSON_BYTES, RunDirError).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise RunDirError(f"{path}: not valid JSON ({exc.__class__.__name__}); the run directory is damaged") from None

@@ -15,7 +15,7 @@ scratch in place (``scenario.toml`` is kept, the outputs are rewritten).
 from __future__ import annotations
 
 import asyncio
-import json
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +23,6 @@ from typing import Any, Callable
 import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
-from asyncfl.config.files import MAX_JSON_BYTES, read_limited
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
@@ -169,15 +168,12 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
     status = None
     summary_path = path / "summary.json"
     if summary_path.exists() or summary_path.is_symlink():
-        try:
-            summary = json.loads(read_limited(summary_path, MAX_JSON_BYTES, RunDirError).decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise RunDirError(f"{summary_path}: not valid JSON ({exc.__class__.__name__}); the run directory is damaged") from None
+        summary = rundir.read_json(summary_path)
         if not isinstance(summary, dict):
             raise RunDirError(f"{summary_path}: not a run summary")
         version = summary.get("format_version")
         if version != rundir.FORMAT_VERSION:
-            raise RunDirError(f"{path}: run directory format_version {version!r}; this asyncfl reads format_version {rundir.FORMAT_VERSION}")
+            raise RunDirError(f"{path}: run directory format_version {reprlib.repr(version)}; this asyncfl reads format_version {rundir.FORMAT_VERSION}")
         status = summary.get("status")
     try:
         scenario = scenario_mod.load(toml_path)

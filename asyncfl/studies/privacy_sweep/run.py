@@ -5,14 +5,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from asyncfl.config import scenario as scenario_mod
-from asyncfl.errors import NumericalFault
+from asyncfl.errors import NumericalFault, RunDirError
 from asyncfl.run import runner
+from asyncfl.run.rundir import read_json
 from asyncfl.sim.engine import Simulation
 from asyncfl.studies.privacy_sweep.outputs import write_outputs
 from asyncfl.studies.privacy_sweep.plan import count_noise_std, point_scenario, resolve_budget, sweep_points, update_noise_std
@@ -23,9 +23,10 @@ from asyncfl.tasks import build_task
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(path)
+    except (OSError, RunDirError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _finite(value: Any) -> float:
