@@ -810,6 +810,40 @@ print(resident() - before, parts["the task's data"] + parts["the pooled training
     assert 0.8 * measured < estimated < 2.5 * measured, (measured, estimated)
 
 
+def _state_bytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_state_bytes(v) for v in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_state_bytes(v) for v in value)
+    if hasattr(value, "_asdict"):
+        return _state_bytes(value._asdict())
+    return 0
+
+
+def test_18_the_algorithm_parts_bound_the_built_state():
+    """The baselines' per-client vectors exactly (FedPD: λ, c, x and the table, N × d each);
+    MA-full's history and factors from above, within 3× (capacities double)."""
+    sync = {"server.protocol": "sync", "server.concurrency": None, "server.cohort": 6, "server.buffer": 4,
+            "server.max_staleness": None, "server.rule": "sgd", "client.mu": 0.5}
+    for algorithm in ("fedsplit", "feddr", "fedpd"):
+        scenario = make_scenario({**sync, "server.algorithm": algorithm})
+        sim = Simulation(scenario)
+        part = {p.what: p.bytes for p in memory.estimate(scenario).parts}[f"{algorithm}'s {memory.BASELINE_ROWS[algorithm]} model vectors per client"]
+        state = sim.algo_state
+        assert part == _state_bytes(state.clients) + _state_bytes(state.table)
+    for window in (None, 8):
+        scenario = make_scenario({"server.rule": "ma-full", "run.steps": 37, "server.ma_window": window})
+        sim = Simulation(scenario)
+        asyncio.run(sim.run())
+        part = {p.what: p.bytes for p in memory.estimate(scenario).parts}["MA-full's history of aggregates and its factors"]
+        actual = _state_bytes(sim.algo_state.rule)
+        assert actual <= part <= 3 * actual, (window, actual, part)
+
+
 def test_18_every_committed_scenario_fits_a_small_machine():
     for path in sorted((REPO / "scenarios").glob("*.toml")):
         assert memory.estimate(sc.load(path)).total < 4 << 30, path

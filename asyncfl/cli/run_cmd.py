@@ -104,7 +104,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     except runner.AlreadyCompleted:
         warn(f"{out}: the run is already completed; nothing to resume")
         return EXIT_OK
-    rundir.RunLock.acquire(out).release()  # in use by another process: say so before anything else
+    rundir.RunLock.check(out)  # in use by another process: say so before anything else
     if plan.checkpoint is None:
         warn(f"{out}: no checkpoint yet; restarting the run from scratch in this directory")
     else:

@@ -16,8 +16,9 @@ The estimate (bytes) is the sum of these parts, each from the resolved scenario 
   model, the rule's state, gradients and evaluation temporaries), two per client in flight (its
   start model and its result), one per buffered upload, one per training thread; the splitting
   baselines keep ``BASELINE_ROWS[algorithm]`` vectors *per client* (their memory and the server's
-  table); MA-full keeps ``n`` past aggregates and two ``n × n`` float64 factors, ``n = T`` or
-  ``min(T, ma_window)``;
+  table); MA-full keeps up to ``2T`` past aggregates (its capacity doubles) and two ``2T × 2T``
+  float64 factors, or with a window ``L`` a ring of ``L`` aggregates and the last ``L`` rows of ``W``
+  (counted as two ``L × L`` blocks);
 * **records** — per server step ``L + 1`` float64 (staleness counts, time; ``L`` = max_staleness + 1,
   or the staleness a K/C fleet typically reaches when unbounded) and ~200 bytes of bookkeeping,
   ``L`` more with privacy, and the rule's recorded coefficients (MA-full: ``T²/2``, MA-light: ``2T``);
@@ -114,9 +115,11 @@ def estimate(scenario: Scenario) -> MemoryEstimate:
                           ("population.clients", "server.algorithm", "task")))
     steps = run.steps
     if server.rule == "ma-full":
-        kept = steps if server.ma_window is None else min(steps, server.ma_window)
-        parts.append(Part("MA-full's history of aggregates and its factors", kept * vector + 2 * kept * kept * 8,
-                          ("run.steps", "server.ma_window", "task")))
+        # the history's capacity doubles (up to 2T rows, or the window L) and the factors (or, with a
+        # window, the kept rows of W) are as large squared
+        cap = 2 * steps if server.ma_window is None else min(2 * steps, server.ma_window)
+        ma = cap * vector + 2 * cap * cap * 8
+        parts.append(Part("MA-full's history of aggregates and its factors", ma, ("run.steps", "server.ma_window", "task")))
     columns = typical_staleness_columns(scenario)
     per_step = (columns + 1) * 8 + STEP_RECORD_OVERHEAD
     if scenario.privacy.enabled:

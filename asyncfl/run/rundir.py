@@ -170,17 +170,13 @@ class RunLock:
             except OSError as exc:
                 raise RunDirError(f"{directory}: cannot take the run directory's lock {path.name} ({exc.strerror})") from None
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _flock_soon(fd)
             except OSError as exc:
                 holder = _read_pid(fd)
                 os.close(fd)
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise RunDirError(f"{directory}: cannot take the run directory's lock ({exc.strerror})") from None
-                who = f"process {holder}" if holder else "another process"
-                raise RunDirError(
-                    f"{directory}: in use by {who} (a run or resume is writing it); wait until it ends or stop it, "
-                    "then try again"
-                ) from None
+                raise _in_use(directory, holder) from None
             try:
                 same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
             except FileNotFoundError:
@@ -191,6 +187,22 @@ class RunLock:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
             return cls(path, fd)
+
+    @staticmethod
+    def check(directory: str | Path) -> None:
+        """Raise the "in use" RunDirError if another process holds ``directory``'s lock; changes
+        nothing (no lock file is created, a stale one is left as it is)."""
+        path = Path(directory) / LOCK_NAME
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return  # no lock file: nobody holds it (acquire reports other problems)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held for an instant: acquire() retries past it
+        except OSError:
+            raise _in_use(directory, _read_pid(fd)) from None
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
         if self._fd < 0:
@@ -206,6 +218,24 @@ class RunLock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+def _flock_soon(fd: int, tries: int = 5, pause: float = 0.02) -> None:
+    """``flock(LOCK_EX | LOCK_NB)``, tried a few times over ~0.1 s: a :meth:`RunLock.check` by
+    another process holds a shared lock for an instant, a run holds it for its whole life."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) or attempt == tries - 1:
+                raise
+            time.sleep(pause)
+
+
+def _in_use(directory: str | Path, holder: int | None) -> RunDirError:
+    who = f"process {holder}" if holder else "another process"
+    return RunDirError(f"{directory}: in use by {who} (a run or resume is writing it); wait until it ends or stop it, then try again")
 
 
 def _read_pid(fd: int) -> int | None:
@@ -224,8 +254,7 @@ def check_out(out: str | Path, overwrite: bool = False) -> Path:
         raise RunDirError(f"--out {path}: exists and is not a directory")
     if path.is_dir() and any(path.iterdir()):
         if not overwrite:
-            if (path / LOCK_NAME).exists():
-                RunLock.acquire(path).release()  # in use: says by whom
+            RunLock.check(path)  # in use: says by whom
             raise RunDirError(f"--out {path}: directory is not empty; choose another or pass --overwrite")
         _refuse_foreign(path)
     return path
