@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
-import math
 import os
 import pickle
 import shutil

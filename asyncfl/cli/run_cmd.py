@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 from asyncfl.cli.console import err_console, print_summary, progress_bar, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.memory import check_memory
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import rundir, runner
@@ -88,6 +89,8 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
 def cmd_run(args: argparse.Namespace) -> int:
     scenario = scenario_mod.load(args.scenario, args.overrides)
     out = Path(args.out) if args.out else default_out(scenario.name)
+    check_memory(scenario)  # refusals that need no simulation, before the progress bar appears
+    rundir.check_out(out, overwrite=args.overwrite)
 
     def coroutine_of(**kw: Any) -> Any:
         return runner.run_to_dir(scenario, out, overwrite=args.overwrite, **kw)
