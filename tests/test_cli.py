@@ -136,6 +136,12 @@ def test_out_refuses_a_non_empty_directory(scenario_file, tmp_path, capsys):
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 2
     assert "not empty" in capsys.readouterr().err
     assert (out / "precious.txt").read_text() == "keep me"
+    # --overwrite removes only a run directory's files: a directory holding anything else is refused
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet", "--overwrite"]) == 2
+    assert "holds 'precious.txt'; nothing was removed" in capsys.readouterr().err
+    assert (out / "precious.txt").read_text() == "keep me"
+    (out / "precious.txt").unlink()
+    assert main(["run", str(scenario_file), "--out", str(out), "--quiet"]) == 0
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet", "--overwrite"]) == 0
 
 

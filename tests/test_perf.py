@@ -35,7 +35,8 @@ def _jobs(task, start, mu, clients, seed=100):
     ({"name": "digits", "model": "cnn"}, {"lr": 0.05, "batch_size": 8, "local_steps": 3}),
 ])
 def test_batched_training_equals_per_client_training(task_cfg, client):
-    scenario = sc.validate({"name": "b", "seed": 2, "population": {"clients": 24}, "task": task_cfg, "client": client})
+    server = {"algorithm": "fedprox"} if client.get("mu") else {}  # a proximal term is FedProx's
+    scenario = sc.validate({"name": "b", "seed": 2, "population": {"clients": 24}, "task": task_cfg, "client": client, "server": server})
     task = build_task(scenario.task, 24, 2)
     small = sorted(range(24), key=lambda k: len(task.clients[k]))[:10]  # keep the test fast
     a, b = task.initial_theta + 0.01, task.initial_theta - 0.02

@@ -357,35 +357,35 @@ def _corrupt(kind: str, out: Path) -> str:
     elif kind == "checkpoint-truncated":
         ck.write_bytes(ck.read_bytes()[: ck.stat().st_size // 2])
     elif kind == "checkpoint-other-format":
-        torch.save({**_raw(ck), "format": 99}, ck)
+        torch.save(checkpoint.seal({**_raw(ck), "format": 99}), ck)
     elif kind == "checkpoint-older-format":  # asyncfl ≤ 0.1's reflective checkpoints
-        torch.save({**_raw(ck), "format": 1}, ck)
+        torch.save(checkpoint.seal({**_raw(ck), "format": 1}), ck)
     elif kind == "checkpoint-missing-keys":
         raw = _raw(ck)
         del raw["state"]
-        torch.save(raw, ck)
+        torch.save(checkpoint.seal(raw), ck)  # a well-formed checkpoint (its digest recomputed) that does not fit
     elif kind == "checkpoint-wrong-shape":  # θ of another model
         raw = _raw(ck)
         raw["state"]["fields"]["theta"] = torch.zeros(raw["state"]["fields"]["theta"].numel() + 1)
-        torch.save(raw, ck)
+        torch.save(checkpoint.seal(raw), ck)  # a well-formed checkpoint (its digest recomputed) that does not fit
     elif kind == "checkpoint-wrong-dtype":
         raw = _raw(ck)
         theta = raw["state"]["fields"]["theta"]
         raw["state"]["fields"]["theta"] = theta.float() if theta.dtype == torch.float64 else theta.double()
-        torch.save(raw, ck)
+        torch.save(checkpoint.seal(raw), ck)  # a well-formed checkpoint (its digest recomputed) that does not fit
     elif kind == "checkpoint-wrong-count":
         raw = _raw(ck)
         raw["state"]["fields"]["counters"]["fields"]["accepted"] += 1
-        torch.save(raw, ck)
+        torch.save(checkpoint.seal(raw), ck)  # a well-formed checkpoint (its digest recomputed) that does not fit
     elif kind == "checkpoint-negative-rows":
         raw = _raw(ck)
         raw["run_dir"]["csv_rows"]["updates.csv"] = -5
-        torch.save(raw, ck)
+        torch.save(checkpoint.seal(raw), ck)  # a well-formed checkpoint (its digest recomputed) that does not fit
     elif kind == "checkpoint-renamed-field":  # a state type whose fields changed since
         raw = _raw(ck)
         fields = raw["state"]["fields"]
         fields["model"] = fields.pop("theta")
-        torch.save(raw, ck)
+        torch.save(checkpoint.seal(raw), ck)  # a well-formed checkpoint (its digest recomputed) that does not fit
     elif kind == "updates-row-edited":  # a damaged row before the checkpoint's cut
         lines = (out / "updates.csv").read_text().splitlines(keepends=True)
         lines[3] = "x,y,z\n"

@@ -45,9 +45,18 @@ def progress_bar(total: int, quiet: bool) -> Progress:
     )
 
 
-def summary_table(summary: dict[str, Any], out: Any) -> Table:
-    """The table printed at the end of a run, from its ``summary.json`` (docs/run-directory.md)."""
-    table = Table(title=f"{summary.get('name')} — {summary.get('status')}", show_header=False)
+def print_summary(summary: dict[str, Any], out: Any) -> None:
+    """The end of a run: its name and status, the table of numbers, and the run directory. The
+    name and the directory are lines of their own (a table cell would wrap them where they can
+    no longer be copied), printed verbatim."""
+    say(f"{summary.get('name')} — {summary.get('status')}")
+    console.print(summary_table(summary))
+    say(f"run directory: {out}")
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """The numbers of a run, from its ``summary.json`` (docs/run-directory.md)."""
+    table = Table(show_header=False)
     final = summary.get("final", {})
     rows = [
         ("server steps", summary.get("steps")),
@@ -60,7 +69,6 @@ def summary_table(summary: dict[str, Any], out: Any) -> Table:
         ("rejected (non-finite / norm)", f"{summary.get('updates_rejected_nonfinite')} / {summary.get('updates_rejected_norm')}"),
         ("client updates per second", summary.get("updates_per_second")),
         ("wall time [s]", summary.get("wall_time")),
-        ("run directory", str(out)),
     ]
     for key, value in rows:
         if value is None or (isinstance(value, float) and value != value):

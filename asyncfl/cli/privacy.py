@@ -11,7 +11,6 @@ the same command resumes it); ``sweep.csv``, ``sweep.md`` and ``sweep.png`` land
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from rich.table import Table
@@ -19,6 +18,7 @@ from rich.table import Table
 from asyncfl.cli.console import RunsDisplay, console, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.cli.scenario_input import scenario_from_args
+from asyncfl.run.rundir import default_run_dir
 from asyncfl.studies.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.privacy_sweep.run import record_command, run_sweep
@@ -30,7 +30,7 @@ COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "rule", "seed", "accuracy", "bias (W)
 def cmd_privacy(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     check_scenario(scenario)
-    out = Path(args.out) if args.out else Path("runs") / f"privacy-{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(args.out) if args.out else default_run_dir(scenario.name, prefix="privacy-")
     budget = resolve_budget(scenario)
     sweep_points(budget, args.xi or (), args.gamma or ())  # validate every point before any run
     seeds = args.seeds or [scenario.seed]

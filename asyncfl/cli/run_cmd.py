@@ -12,20 +12,21 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from asyncfl.cli.console import console, err_console, progress_bar, summary_table, warn
+from asyncfl.cli.console import err_console, print_summary, progress_bar, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from asyncfl.cli.scenario_input import scenario_from_args
+from asyncfl.config.memory import check_memory
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
-from asyncfl.run import runner
+from asyncfl.run import rundir, runner
 
 
 def default_out(name: str) -> Path:
-    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``runs/NAME-TIMESTAMP``, always inside ``runs/`` (:func:`asyncfl.run.rundir.default_run_dir`)."""
+    return rundir.default_run_dir(name)
 
 
 @contextlib.contextmanager
@@ -80,13 +81,15 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
             return EXIT_INTERRUPTED
     _plot(out)
     if not quiet:
-        console.print(summary_table(summary, out))
+        print_summary(summary, out)
     return EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     out = Path(args.out) if args.out else default_out(scenario.name)
+    check_memory(scenario)  # refusals that need no simulation, before the progress bar appears
+    rundir.check_out(out, overwrite=args.overwrite)
 
     def coroutine_of(**kw: Any) -> Any:
         return runner.run_to_dir(scenario, out, overwrite=args.overwrite, **kw)
@@ -103,6 +106,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     except runner.AlreadyCompleted:
         warn(f"{out}: the run is already completed; nothing to resume")
         return EXIT_OK
+    rundir.RunLock.check(out)  # in use by another process: say so before anything else
     if plan.checkpoint is None:
         warn(f"{out}: no checkpoint yet; restarting the run from scratch in this directory")
     else:

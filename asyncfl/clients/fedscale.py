@@ -32,6 +32,7 @@ import builtins
 import io
 import math
 import pickle
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,17 @@ from typing import Any
 import numpy as np
 
 from asyncfl.clients.availability import Schedule
-from asyncfl.errors import TraceError
+from asyncfl.config.files import read_limited
 from asyncfl.config.scenario import resolve_path
+from asyncfl.errors import TraceError
 
 MAX_BYTES = 512 * 2**20
 SAFE_BUILTINS = frozenset({"dict", "list", "tuple", "int", "float", "str"})
 MAX_LISTED = 5  # problems listed per file
+
+
+class _Refused(pickle.UnpicklingError):
+    """A global the restricted unpickler refused (its message is ours)."""
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -53,31 +59,39 @@ class RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module == "builtins" and name in SAFE_BUILTINS:
             return getattr(builtins, name)
-        raise pickle.UnpicklingError(
-            f"refused to load the global {module}.{name} (only plain data is allowed: "
+        raise _Refused(
+            f"refused to load the global {ascii(module)[1:-1][:60]}.{ascii(name)[1:-1][:60]} (only plain data is allowed: "
             f"{', '.join(sorted(SAFE_BUILTINS))}); the file may try to run code"
         )
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 40
+
+
+def _clip(value: Any) -> str:
+    """A value read from a trace, shortened for a message (``reprlib``: long strings and
+    containers are elided, never formatted whole)."""
+    return _SHORT.repr(value)
 
 
 def load_plain_pickle(path: str | Path, what: str) -> Any:
     """Read ``path`` with :class:`RestrictedUnpickler`; every failure is a :class:`TraceError`.
     ``asyncfl:NAME`` names a file shipped in ``asyncfl/data``."""
     path = resolve_path(str(path))
-    if not path.is_file():
+    if not path.exists():
         raise TraceError(f"{what} {path}: no such file")
-    raw = path.read_bytes()
+    raw = read_limited(path, MAX_BYTES, lambda message: TraceError(f"{what} {message}"))  # size checked before reading
     if not raw:
         raise TraceError(f"{what} {path}: the file is empty")
-    if len(raw) > MAX_BYTES:
-        raise TraceError(f"{what} {path}: {len(raw)} bytes; at most {MAX_BYTES} are read")
     try:
         return RestrictedUnpickler(io.BytesIO(raw)).load()
-    except pickle.UnpicklingError as exc:
+    except _Refused as exc:
         raise TraceError(f"{what} {path}: not a plain-data pickle: {exc}") from None
     except EOFError:
         raise TraceError(f"{what} {path}: truncated (the pickle ends early)") from None
-    except Exception as exc:  # malformed opcodes raise many types (ValueError, KeyError, ...)
-        raise TraceError(f"{what} {path}: not a valid pickle ({exc.__class__.__name__}: {exc})") from None
+    except Exception as exc:  # malformed opcodes raise many types; their messages may quote the file
+        raise TraceError(f"{what} {path}: not a valid pickle ({exc.__class__.__name__})") from None
 
 
 def _is_number(value: Any) -> bool:
@@ -87,7 +101,7 @@ def _is_number(value: Any) -> bool:
 def _sorted_ids(data: dict, path: Path, what: str) -> list[Any]:
     bad = [k for k in data if isinstance(k, bool) or not isinstance(k, (int, str))]
     if bad:
-        raise TraceError(f"{what} {path}: client id {bad[0]!r} must be an int or a str")
+        raise TraceError(f"{what} {path}: client id {_clip(bad[0])} must be an int or a str")
     return sorted(data, key=lambda k: (isinstance(k, str), k))
 
 
@@ -128,15 +142,15 @@ def load_devices(path: str | Path) -> DeviceProfiles:
     for cid in ids:
         entry = data[cid]
         if not isinstance(entry, dict):
-            problems.append(f"client {cid!r}: must be a dict with 'computation' and 'communication', not {type(entry).__name__}")
+            problems.append(f"client {_clip(cid)}: must be a dict with 'computation' and 'communication', not {type(entry).__name__}")
             continue
         for key, low, unit in (("computation", "non-negative", "ms per sample"), ("communication", "positive", "kbit/s")):
             value = entry.get(key)
             ok = _is_number(value) and (value >= 0 if key == "computation" else value > 0)
             if key not in entry:
-                problems.append(f"client {cid!r}: '{key}' is missing")
+                problems.append(f"client {_clip(cid)}: '{key}' is missing")
             elif not ok:
-                problems.append(f"client {cid!r}: '{key}' = {value!r}: must be a finite {low} number ({unit})")
+                problems.append(f"client {_clip(cid)}: '{key}' = {_clip(value)}: must be a finite {low} number ({unit})")
         if not problems:
             comp.append(float(entry["computation"]))
             comm.append(float(entry["communication"]))
@@ -171,29 +185,29 @@ def load_availability(path: str | Path) -> AvailabilityTrace:
     for cid in ids:
         entry = data[cid]
         if not isinstance(entry, dict):
-            problems.append(f"client {cid!r}: must be a dict with 'active' and 'inactive' lists, not {type(entry).__name__}")
+            problems.append(f"client {_clip(cid)}: must be a dict with 'active' and 'inactive' lists, not {type(entry).__name__}")
             continue
         lists = {}
         for key in ("active", "inactive"):
             value = entry.get(key)
             if key not in entry:
-                problems.append(f"client {cid!r}: '{key}' is missing")
+                problems.append(f"client {_clip(cid)}: '{key}' is missing")
             elif not isinstance(value, (list, tuple)) or not all(_is_number(v) and v >= 0 for v in value):
-                problems.append(f"client {cid!r}: '{key}' must be a list of finite non-negative times (s)")
+                problems.append(f"client {_clip(cid)}: '{key}' must be a list of finite non-negative times (s)")
             else:
                 lists[key] = np.array(value, dtype=np.float64)
         finish = entry.get("finish_time")
         if finish is not None and not (_is_number(finish) and finish > 0):
-            problems.append(f"client {cid!r}: 'finish_time' = {finish!r}: must be a finite positive time (s)")
+            problems.append(f"client {_clip(cid)}: 'finish_time' = {_clip(finish)}: must be a finite positive time (s)")
         if len(lists) < 2 or problems:
             continue
         a, b = lists["active"], lists["inactive"]
         if a.size != b.size:
-            problems.append(f"client {cid!r}: 'active' has {a.size} times and 'inactive' {b.size}; they must pair up")
+            problems.append(f"client {_clip(cid)}: 'active' has {a.size} times and 'inactive' {b.size}; they must pair up")
         elif a.size and (np.any(b < a) or np.any(a[1:] < b[:-1])):
-            problems.append(f"client {cid!r}: windows must be ordered: active[i] <= inactive[i] <= active[i+1]")
+            problems.append(f"client {_clip(cid)}: windows must be ordered: active[i] <= inactive[i] <= active[i+1]")
         elif finish is not None and a.size and b[-1] > finish:
-            problems.append(f"client {cid!r}: 'finish_time' = {finish!r} is before the last inactive time {b[-1]:g}")
+            problems.append(f"client {_clip(cid)}: 'finish_time' = {_clip(finish)} is before the last inactive time {b[-1]:g}")
         else:
             actives.append(a)
             inactives.append(b)

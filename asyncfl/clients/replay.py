@@ -35,6 +35,7 @@ only when nothing was in flight at the recording's end.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -44,10 +45,13 @@ from typing import NamedTuple
 import numpy as np
 
 from asyncfl.config import scenario as sc
+from asyncfl.config.files import open_limited
 from asyncfl.errors import TraceError
 from asyncfl.clients.fleet import Fleet
 
 REQUIRED_COLUMNS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
+#: the largest trace read (about 10⁷ recorded dispatches)
+MAX_TRACE_BYTES = 1 << 30
 
 
 class ReplayState(NamedTuple):
@@ -98,32 +102,49 @@ def load_trace(file: str | Path) -> Trace:
     """Read and check a recorded ``updates.csv``; every problem is a :class:`TraceError`."""
     path = trace_path(file)
     where = f"trace {path}"
-    if not path.is_file():
+    if not path.exists():
         raise TraceError(f"{where}: no such file (give a run's updates.csv or its run directory)")
+    # Messages never quote the file: a trace pointed at a foreign file (a symlink to a secret)
+    # must not print its lines.
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with io.TextIOWrapper(open_limited(path, MAX_TRACE_BYTES, lambda m: TraceError(f"trace {m}")),
+                              encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
             missing = [c for c in REQUIRED_COLUMNS if c not in header]
             if missing:
-                raise TraceError(f"{where}: missing column(s) {', '.join(missing)} (found: {', '.join(header) or 'none'}); "
-                                 f"an asyncfl updates.csv has {', '.join(REQUIRED_COLUMNS)}, dispatch")
+                raise TraceError(f"{where}: the first line is not the header of an asyncfl updates.csv (missing "
+                                 f"column(s) {', '.join(missing)}; it must have {', '.join(REQUIRED_COLUMNS)}, dispatch)")
             rows = list(reader)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise TraceError(f"{where}: cannot be read ({exc.__class__.__name__}: {exc})") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(f"{where}: not a CSV file of UTF-8 text ({exc.__class__.__name__})") from None
+    except OSError as exc:
+        raise TraceError(f"{where}: cannot be read ({exc.strerror or exc.__class__.__name__})") from None
     if not rows:
         raise TraceError(f"{where}: has no rows")
     has_seq = "dispatch" in header
     parsed = []
     for i, row in enumerate(rows):
         line = i + 2
+        column = ""
         try:
-            client, version, step = int(row["client"]), int(row["version"]), int(row["step"])
-            t0, t1 = float(row["dispatch_time"]), float(row["arrival_time"])
+            column = "client"
+            client = int(row["client"])
+            column = "version"
+            version = int(row["version"])
+            column = "step"
+            step = int(row["step"])
+            column = "dispatch_time"
+            t0 = float(row["dispatch_time"])
+            column = "arrival_time"
+            t1 = float(row["arrival_time"])
+            column = "dispatch"
             seq = int(row["dispatch"]) if has_seq else 0
+            column = "accepted"
             accepted = {"true": True, "false": False}[row["accepted"].strip().lower()]
-        except (KeyError, TypeError, ValueError):
-            raise TraceError(f"{where}, line {line}: not a valid row ({dict(row)})") from None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            allowed = {"accepted": "true or false", "dispatch_time": "a number", "arrival_time": "a number"}.get(column, "an integer")
+            raise TraceError(f"{where}, line {line}: column {column} must be {allowed} (or the row has too few fields)") from None
         if client < 0 or version < 1 or (has_seq and seq < 1):
             raise TraceError(f"{where}, line {line}: client must be ≥ 0, version and dispatch ≥ 1")
         if not (math.isfinite(t0) and math.isfinite(t1)) or t0 < 0:
@@ -266,7 +287,7 @@ def replay_scenario(scenario: sc.Scenario, file: str | Path, **overrides: object
     availability reset, as the trace holds them), plus dotted-key ``overrides``
     (``{"server.rule": "sgd"}``)."""
     raw = scenario.to_dict()
-    raw["latency"] = {"dist": "trace", "file": str(file)}
+    raw["latency"] = {"dist": "trace", "file": sc.absolute_file(str(file))}
     pop = raw["population"]
     for key in ("speed_sigma", "slow_fraction", "slow_factor", "availability", "period", "online_fraction",
                 "availability_file", "availability_time_unit_ms"):

@@ -264,11 +264,11 @@ def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batched: b
     return torch.stack([m.reshape(-1) for m in models]).numpy()
 
 
-def _process_worker(parent: int, source: TaskRecipe | bytes, cfg: ClientConfig, threads: int, jobs: "mp.Queue",
-                    results: "mp.Queue") -> None:
+def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | bytes, cfg: ClientConfig, threads: int,
+                    jobs: "mp.Queue", results: "mp.Queue") -> None:
     """A training process: build the task once, then serve groups of jobs until ``None``. It
     dies with the process that started it (:func:`~asyncfl.compute.lifetime.die_with_parent`)."""
-    die_with_parent(parent)
+    die_with_parent(parent, by_main_thread)
     if threads:
         torch.set_num_threads(threads)
     task = _build_source(source)
@@ -308,8 +308,9 @@ class ProcessExecutor:
         source = _task_source(task, recipe)
         self._results: mp.Queue = ctx.Queue()
         self._queues = [ctx.Queue() for _ in range(run.workers)]
+        by_main_thread = threading.current_thread() is threading.main_thread()
         self._procs = [
-            ctx.Process(target=_process_worker, args=(os.getpid(), source, client, run.torch_threads, q, self._results),
+            ctx.Process(target=_process_worker, args=(os.getpid(), by_main_thread, source, client, run.torch_threads, q, self._results),
                         name=f"asyncfl-train-{i}", daemon=True)
             for i, q in enumerate(self._queues)
         ]

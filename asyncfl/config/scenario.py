@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import re
+import reprlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ import tomli_w
 from pydantic import Field, ValidationError
 
 from asyncfl.config.base import MAX_INT, NonNegFloat, NonNegInt, PosFloat, PosInt, Probability, Section
+from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
 from asyncfl.config.latency import (
     ConstantLatency, ExponentialLatency, FedScaleLatency, HalfNormalLatency, LatencyConfig,
     LogNormalLatency, ParetoLatency, TraceLatency, UniformLatency,
@@ -47,6 +51,7 @@ __all__ = [
     "LATENCIES", "TASKS", "SECTIONS", "TAGGED", "Scenario",
     # reading and validating
     "validate", "load", "apply_changes", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "FILE_KEYS",
+    "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "package_name_problem",
 ]
 
 
@@ -81,9 +86,10 @@ class ClientConfig(Section):
 
     solver: Literal["sgd", "exact"] = "sgd"
     lr: PosFloat = 0.05
-    batch_size: PosInt | None = None
-    local_steps: PosInt | None = None
-    epochs: PosInt | None = None
+    batch_size: Annotated[int, Field(ge=1, le=10**7)] | None = None
+    # bounded by what a job can finish (and, with run.steps, by MAX_LOCAL_STEPS in a run)
+    local_steps: Annotated[int, Field(ge=1, le=10**6)] | None = None
+    epochs: Annotated[int, Field(ge=1, le=10**4)] | None = None
     mu: NonNegFloat = 0.0
 
 
@@ -100,11 +106,13 @@ class ServerConfig(Section):
     """
 
     protocol: Literal[PROTOCOLS.names] = "fedbuff"
-    concurrency: PosInt | None = None
-    buffer: PosInt | None = None
-    cohort: PosInt | None = None
+    # counts of clients: at most population.clients (checked), whose bound is 10^8
+    concurrency: Annotated[int, Field(ge=1, le=10**8)] | None = None
+    buffer: Annotated[int, Field(ge=1, le=10**8)] | None = None
+    cohort: Annotated[int, Field(ge=1, le=10**8)] | None = None
     staleness_exponent: Annotated[float, Field(ge=0, le=100)] = 0.0
-    max_staleness: NonNegInt | None = None
+    # the per-step staleness records have max_staleness + 1 columns (counted in the memory estimate)
+    max_staleness: Annotated[int, Field(ge=0, le=10**9)] | None = None
     rule: Literal[RULES.names] = "sgd"
     lr: PosFloat = 1.0
     beta: Annotated[float, Field(ge=0, lt=1)] = 0.9
@@ -113,7 +121,7 @@ class ServerConfig(Section):
     # momentum approximation (docs/server-rules.md)
     ma_target: Literal["momentum", "nesterov"] = "momentum"
     ma_ridge: NonNegFloat = 1e-3
-    ma_window: PosInt | None = None
+    ma_window: Annotated[int, Field(ge=1, le=10**9)] | None = None
     # synchronous algorithms (docs/baselines.md)
     algorithm: Literal[ALGORITHMS.names] = "fedavg"
     alpha: Annotated[float, Field(gt=0, lt=2)] = 1.0
@@ -128,7 +136,7 @@ class RunConfig(Section):
     """Length, evaluation, placement of compute, checkpoints and numerical guards."""
 
     steps: Annotated[int, Field(ge=1, le=10**9)] = 100
-    eval_every: PosInt = 10
+    eval_every: Annotated[int, Field(ge=1, le=10**9)] = 10
     # also evaluate the training objective over every client's data (one forward pass over the
     # whole population's samples per evaluation); off: metrics.csv leaves train_loss empty
     train_loss: bool = True
@@ -139,9 +147,12 @@ class RunConfig(Section):
     # torch intra-op threads. Client models are small: one thread per job is fastest, and
     # parallelism across clients comes from the executor. 0 = leave torch's default.
     torch_threads: Annotated[int, Field(ge=0, le=4096)] = 1
-    checkpoint_every: NonNegInt = 0  # 0 = no periodic checkpoints
+    checkpoint_every: Annotated[int, Field(ge=0, le=10**9)] = 0  # 0 = no periodic checkpoints
     max_update_norm: PosFloat | None = None
-    divergence_loss: PosFloat = 1e8  # a loss above this (or NaN) stops the run
+    # divergence guards (docs/architecture.md §8): an evaluated test loss that is NaN/Inf, above
+    # divergence_loss, or above divergence_factor × the loss of the initial model stops the run
+    divergence_loss: PosFloat = 1e8
+    divergence_factor: Annotated[float, Field(gt=1, le=1e12)] = 1e5
     # also log the evaluations to RUN_DIR/tensorboard (optional package: asyncfl[tensorboard])
     tensorboard: bool = False
 
@@ -218,8 +229,15 @@ def _suggest(key: str, allowed: list[str]) -> str:
     return f"{hint} Allowed: {', '.join(sorted(allowed))}"
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlevel = 3
+
+
 def _fmt(value: Any) -> str:
-    text = repr(value)
+    """``repr(value)`` for a message, at most 60 characters; long strings and deep or long
+    containers are elided without being formatted whole."""
+    text = _SHORT.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -294,8 +312,9 @@ def validate(raw: Mapping[str, Any]) -> Scenario:
         if key not in known:
             errors.append(f"{key}: unknown key{_suggest(key, known)}")
     name = raw.get("name", "unnamed")
-    if not isinstance(name, str) or not name or len(name) > 200:
-        errors.append(f"name = {_fmt(name)}: must be a non-empty string of at most 200 characters")
+    problem = name_problem(name)
+    if problem:
+        errors.append(f"name = {_fmt(name)}: {problem}")
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         errors.append(f"seed = {_fmt(seed)}: must be an integer in [0, 2^63)")
@@ -308,6 +327,53 @@ def validate(raw: Mapping[str, Any]) -> Scenario:
         raise ScenarioError(errors)
     scenario = Scenario(name=name, seed=seed, **parts)
     return _cross_check(scenario)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot name a scenario, or None: a non-empty string of at most 200
+    characters without control characters (a newline or an escape would forge or garble the
+    lines that print it). Anything else — spaces, brackets, slashes — is kept and printed
+    verbatim; the default run directory made from it stays inside ``runs/``
+    (:func:`asyncfl.run.rundir.default_run_dir`)."""
+    if not isinstance(name, str) or not name or len(name) > 200:
+        return "must be a non-empty string of at most 200 characters"
+    if _CONTROL.search(name):
+        return "must not contain control characters (newlines, tabs, NUL, escapes)"
+    return None
+
+
+#: local gradient steps a whole run may ask for: run.steps × uploads per step × steps per job
+#: (about twelve days at 10⁵ small steps per second; more cannot finish)
+MAX_LOCAL_STEPS = 10**11
+#: uploads a whole run may ask for: run.steps × uploads per step (the engine handles ~10⁵ a second)
+MAX_UPLOADS = 10**10
+
+
+def _work_problems(sc: Scenario, per_step: int) -> list[str]:
+    """The run's total work, bounded by what can finish (:data:`MAX_UPLOADS`,
+    :data:`MAX_LOCAL_STEPS`). A job's local steps: ``local_steps``, or ``epochs × ⌈n/B⌉`` with
+    ``n`` the task's mean samples per client and ``B`` the batch (full batch: 1 step per epoch)."""
+    steps, client = sc.run.steps, sc.client
+    uploads = steps * per_step
+    if uploads > MAX_UPLOADS:
+        return [f"run.steps = {steps} with {per_step} uploads per step: {uploads:.3g} uploads, more than the "
+                f"{MAX_UPLOADS:.0e} a run can finish; lower run.steps or server.buffer"]
+    if client.solver == "exact":
+        return []
+    if client.local_steps is not None:
+        per_job, what = client.local_steps, f"client.local_steps = {client.local_steps}"
+    else:
+        n = sc.task.mean_samples_per_client(sc.population.clients)
+        batches = 1 if client.batch_size is None else max(1, math.ceil(n / client.batch_size))
+        per_job, what = (client.epochs or 1) * batches, f"client.epochs = {client.epochs} ({batches} batches each)"
+    total = uploads * per_job
+    if total > MAX_LOCAL_STEPS:
+        return [f"{what} with run.steps = {steps} and {per_step} uploads per step: {total:.3g} local gradient "
+                f"steps, more than the {MAX_LOCAL_STEPS:.0e} a run can finish; lower them"]
+    return []
 
 
 def _cross_check(sc: Scenario) -> Scenario:
@@ -334,8 +400,8 @@ def _cross_check(sc: Scenario) -> Scenario:
             errors.append(f"server.concurrency = {k}: must be at most population.clients = {n}")
         if server.cohort is not None:
             errors.append(f"server.cohort = {server.cohort}: only the sync protocol has a cohort (use concurrency and buffer)")
-        if server.algorithm != "fedavg":
-            errors.append(f"server.algorithm = {server.algorithm!r}: only the sync protocol runs {server.algorithm}; FedBuff uses 'fedavg' with a server rule")
+        if server.algorithm not in ("fedavg", "fedprox"):
+            errors.append(f"server.algorithm = {server.algorithm!r}: only the sync protocol runs {server.algorithm}; FedBuff uses 'fedavg' (or 'fedprox') with a server rule")
         server_updates.update(concurrency=k, buffer=c)
     else:
         cohort = server.cohort if server.cohort is not None else min(n, 10)
@@ -351,6 +417,15 @@ def _cross_check(sc: Scenario) -> Scenario:
         errors.append(f"server.regularizer = {server.regularizer!r}: only FedDR has a server regulariser (server.algorithm = 'feddr')")
     if server.algorithm in ("fedprox", "fedsplit", "feddr", "fedpd") and client.mu <= 0:
         errors.append(f"client.mu = {client.mu}: {server.algorithm} needs a positive proximal coefficient μ (= 1/s)")
+    if server.algorithm == "fedavg" and client.mu > 0:
+        # FedAvg has no proximal term: a positive μ would silently run FedProx (docs/baselines.md §1)
+        errors.append(
+            f"client.mu = {client.mu}: server.algorithm = 'fedavg' has no proximal term (FedBuff runs the fedavg "
+            "algorithm too); use server.algorithm = 'fedprox' for the proximal term (μ/2)‖θ − θ_s‖², or client.mu = 0"
+        )
+    if not errors:
+        per_step = server_updates["buffer"] if server.protocol == "fedbuff" else server_updates["cohort"]
+        errors.extend(_work_problems(sc, per_step))
 
     errors.extend(_check_traces(sc))
 
@@ -371,8 +446,13 @@ def _cross_check(sc: Scenario) -> Scenario:
 
     if errors:
         raise ScenarioError(errors)
+    population, latency = sc.population, sc.latency
+    if isinstance(latency, TraceLatency | FedScaleLatency):
+        latency = latency.model_copy(update={"file": absolute_file(latency.file)})
+    if population.availability_file is not None:
+        population = population.model_copy(update={"availability_file": absolute_file(population.availability_file)})
     return Scenario(
-        name=sc.name, seed=sc.seed, population=sc.population, latency=sc.latency, task=sc.task,
+        name=sc.name, seed=sc.seed, population=population, latency=latency, task=sc.task,
         client=client, server=server.model_copy(update=server_updates), run=sc.run, privacy=sc.privacy,
     )
 
@@ -387,18 +467,23 @@ def _check_traces(sc: Scenario) -> list[str]:
             errors.append(f"population.speed_sigma = {pop.speed_sigma}: must be 0 with latency.dist = {lat.dist!r} (speeds come from {where})")
         if pop.slow_fraction > 0:
             errors.append(f"population.slow_fraction = {pop.slow_fraction}: must be 0 with latency.dist = {lat.dist!r} (speeds come from {where})")
-        path = resolve_path(lat.file)
-        ok = path.is_file() or (isinstance(lat, TraceLatency) and (path / "updates.csv").is_file())
-        if not ok:
+        problem = package_name_problem(lat.file)
+        path = None if problem else resolve_path(lat.file)
+        if problem:
+            errors.append(f"latency.file = {_fmt(lat.file)}: {problem}")
+        elif not (path.is_file() or (isinstance(lat, TraceLatency) and (path / "updates.csv").is_file())):
             what = "an updates.csv or a run directory holding one" if isinstance(lat, TraceLatency) else "a FedScale device pickle"
-            errors.append(f"latency.file = {lat.file!r}: no such file (must be {what})")
+            errors.append(f"latency.file = {lat.file!r}: {_file_problem(path)} (must be {what})")
     if isinstance(lat, TraceLatency) and pop.availability != "always":
         errors.append(f"population.availability = {pop.availability!r}: must be 'always' with latency.dist = 'trace' (the recording already holds its availability: waits and offline drops are replayed)")
     if pop.availability == "trace":
         if pop.availability_file is None:
             errors.append("population.availability_file: required with population.availability = 'trace' (a FedScale availability pickle)")
+        elif package_name_problem(pop.availability_file):
+            errors.append(f"population.availability_file = {_fmt(pop.availability_file)}: {package_name_problem(pop.availability_file)}")
         elif not resolve_path(pop.availability_file).is_file():
-            errors.append(f"population.availability_file = {pop.availability_file!r}: no such file (must be a FedScale availability pickle)")
+            errors.append(f"population.availability_file = {pop.availability_file!r}: "
+                          f"{_file_problem(resolve_path(pop.availability_file))} (must be a FedScale availability pickle)")
     elif pop.availability_file is not None:
         errors.append(f"population.availability_file = {pop.availability_file!r}: only used with population.availability = 'trace' (it is {pop.availability!r})")
     return errors
@@ -407,25 +492,62 @@ def _check_traces(sc: Scenario) -> list[str]:
 PACKAGE_PREFIX = "asyncfl:"
 
 
+def _file_problem(path: Path) -> str:
+    """Why ``path`` (which is not a regular file) cannot be read as an input file."""
+    if not path.exists():
+        return "no such file"
+    return "is a directory" if path.is_dir() else "not a regular file (a device or a pipe cannot be read as input)"
+
+
+PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
+_PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def package_name_problem(text: str) -> str | None:
+    """Why ``asyncfl:NAME`` does not name a file shipped in ``asyncfl/data/`` (None when it does,
+    or when ``text`` is an ordinary path). NAME is one file name — letters, digits, ``.``, ``_``,
+    ``-``, not starting with a dot — so it cannot leave the folder (``asyncfl:../x`` is refused)."""
+    if not text.startswith(PACKAGE_PREFIX):
+        return None
+    name = text[len(PACKAGE_PREFIX):]
+    if not _PACKAGE_NAME.fullmatch(name) or ".." in name:
+        return (f"{PACKAGE_PREFIX}NAME must name a file shipped in asyncfl/data/ (one file name: letters, digits, '.', '_', '-'); "
+                f"shipped: {', '.join(sorted(p.name for p in PACKAGE_DATA.iterdir() if p.is_file())) or 'none'}")
+    return None
+
+
 def resolve_path(text: str) -> Path:
     """A file named in a scenario: ``asyncfl:NAME`` is the package's ``asyncfl/data/NAME``
-    (the shipped samples); anything else is a path (relative paths: see :func:`load`)."""
+    (the shipped samples; a NAME that would leave that folder is a :class:`ScenarioError`);
+    anything else is a path (relative paths: see :func:`load`)."""
     if text.startswith(PACKAGE_PREFIX):
-        return Path(__file__).resolve().parents[1] / "data" / text[len(PACKAGE_PREFIX):]
+        problem = package_name_problem(text)
+        if problem:
+            raise ScenarioError([f"{text!r}: {problem}"])
+        return PACKAGE_DATA / text[len(PACKAGE_PREFIX):]
     return Path(text).expanduser()
+
+
+def absolute_file(text: str, base: Path | None = None) -> str:
+    """``text`` as it is saved in a resolved scenario: ``asyncfl:NAME`` as is, a path made
+    absolute (relative to ``base``, default the working directory) and normalised, so the run
+    directory's ``scenario.toml`` names the same file wherever it is read from."""
+    if text.startswith(PACKAGE_PREFIX) or not text:
+        return text
+    path = Path(text).expanduser()
+    return os.path.normpath(path if path.is_absolute() else (base or Path.cwd()).absolute() / path)
 
 
 FILE_KEYS = (("latency", "file"), ("population", "availability_file"))
 
 
 def _anchor_paths(raw: dict[str, Any], base: Path) -> None:
-    """Relative file paths written in a scenario file are relative to that file's directory."""
+    """Relative file paths written in a scenario file are relative to that file's directory
+    (made absolute here, so the resolved scenario names the same files from anywhere)."""
     for section, key in FILE_KEYS:
         table = raw.get(section)
         if isinstance(table, dict) and isinstance(table.get(key), str):
-            value = table[key]
-            if value and not value.startswith(PACKAGE_PREFIX) and not Path(value).expanduser().is_absolute():
-                table[key] = str(base / value)
+            table[key] = absolute_file(table[key], base)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,6 +562,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError([f"--set {text!r}: expected section.key=value"])
     try:
         value = tomllib.loads(f"v = {value_text.strip()}")["v"]
+    except RecursionError:
+        raise ScenarioError([f"--set {key}: the value is nested too deeply"]) from None
     except tomllib.TOMLDecodeError:
         value = value_text.strip()
     if isinstance(value, float) and not math.isfinite(value):
@@ -449,7 +573,12 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
     """Set ``raw[a][b][c] = value`` for ``dotted = "a.b.c"`` in a raw scenario table, creating
-    the tables on the way; a path through a key that is not a table is a ScenarioError."""
+    the tables on the way; a path through a key that is not a table is a ScenarioError.
+
+    A table value is *merged* into the table already there, key by key (``server = {lr = 1}``
+    sets ``server.lr`` and keeps the other ``[server]`` keys), except that a table naming another
+    variant of a tagged section (``latency = {dist = "constant", value = 2}`` over an exponential
+    latency) replaces it: the old variant's keys do not apply to the new one."""
     parts = dotted.split(".")
     node = raw
     for part in parts[:-1]:
@@ -459,7 +588,20 @@ def assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
         if not isinstance(child, dict):
             raise ScenarioError([f"--set {dotted}: {part} is not a table"])
         node = child
-    node[parts[-1]] = value
+    key, old = parts[-1], node.get(parts[-1])
+    if isinstance(value, dict) and isinstance(old, dict) and not _switches_variant(dotted, old, value):
+        for sub, sub_value in value.items():
+            assign(old, str(sub), sub_value)
+    else:
+        node[key] = value
+
+
+def _switches_variant(dotted: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    if dotted not in TAGGED:
+        return False
+    registry, default = TAGGED[dotted]
+    tag = registry.field.partition(".")[2]
+    return tag in new and new[tag] != old.get(tag, default)
 
 
 def _tag_of(section: str, table: Any) -> Any:
@@ -535,16 +677,15 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), unset: l
     the file (``latency.file``, ``population.availability_file``) are taken relative to the
     file's directory; in ``--set`` overrides, relative to the working directory."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError([f"{path}: no such scenario file"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError([f"{path}: cannot be read ({exc.__class__.__name__}: {exc})"]) from None
+    if not path.exists() and not path.is_symlink():
+        raise ScenarioError([f"{path}: no such scenario file"])
+    text = read_text_limited(path, MAX_SCENARIO_BYTES, lambda message: ScenarioError([f"scenario file {message}"]))
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError([f"{path}: not valid TOML ({exc})"]) from None
+    except RecursionError:  # the parser recurses once per nesting level
+        raise ScenarioError([f"{path}: not valid TOML (arrays or tables nested too deeply)"]) from None
     _anchor_paths(raw, path.parent)  # before the overrides: --set paths are relative to the cwd
     try:
         found = apply_changes(raw, overrides, unset)

@@ -1,21 +1,84 @@
 """The ``[task]`` section's variants, one per task that ships (docs/tasks.md).
 
 Each variant accepts only its own keys; they are registered, with their builders
-(``asyncfl.tasks.*``), in :data:`asyncfl.config.registries.TASKS`. Torch-free.
+(``asyncfl.tasks.*``), in :data:`asyncfl.config.registries.TASKS`. Each also knows the sizes of
+the task it describes before it is built (:class:`TaskSection`: the model's ``d``, samples per
+client, bytes of data), which the memory estimate (:mod:`asyncfl.config.memory`) and the work
+bound of a scenario use; ``tests/test_hostile.py`` checks them against built tasks. Torch-free.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import math
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from asyncfl.config.base import NonNegFloat, PosFloat, Section
 
+#: Python and torch bookkeeping per client of a task (a ClientData and two tensors), measured
+#: (about 1.5 kB a client on CPython 3.11 and torch 2.x, rounded up)
+PER_CLIENT_OVERHEAD = 2048
+#: synthetic task: the cap of the lognormal sample count and the training fraction (docs/tasks.md)
+SYNTHETIC_MAX_SAMPLES = 5000
+SYNTHETIC_TRAIN_FRACTION = 0.9
+#: gaussian-mlp task: size of the test set
+GAUSSIAN_TEST_SAMPLES = 2000
+#: digits task: scikit-learn's bundled 8×8 digits
+DIGITS_SAMPLES, DIGITS_FEATURES, DIGITS_CLASSES = 1797, 64, 10
+#: mnist1d task: signal length and classes
+MNIST1D_LENGTH, MNIST1D_CLASSES = 40, 10
+MNIST1D_TRAIN, MNIST1D_TEST = 4000, 1000  # the canonical split of make_dataset()
+
+
+def _mlp_params(sizes: list[int]) -> int:
+    """Parameters of ``Linear(s0, s1) − … − Linear(s_{L−1}, s_L)`` with biases."""
+    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+class TaskSection(Section):
+    """The sizes of a task, known before it is built (the memory estimate of
+    :mod:`asyncfl.config.memory` and the work bound of the scenario use them; docs/tasks.md).
+
+    ``model_params()`` is the model's ``d``; ``itemsize`` the bytes of one parameter;
+    ``mean_samples_per_client(N)`` the mean training samples per client; ``data_bytes(N)`` the
+    bytes of the built task's data (clients' and test tensors) and ``build_bytes(N)`` the peak
+    while building it, both including :data:`PER_CLIENT_OVERHEAD`; ``size_keys`` the keys that
+    drive them (named when a scenario does not fit in memory)."""
+
+    itemsize: ClassVar[int] = 4  # float32 (a class attribute: not a scenario key)
+
+    def model_params(self) -> int:
+        raise NotImplementedError
+
+    def mean_samples_per_client(self, clients: int) -> float:
+        raise NotImplementedError
+
+    def sample_bytes(self) -> int:
+        """Bytes of one sample: features in the task's dtype and the target."""
+        raise NotImplementedError
+
+    def test_samples(self, clients: int) -> float:
+        raise NotImplementedError
+
+    def data_bytes(self, clients: int) -> int:
+        train = clients * self.mean_samples_per_client(clients)
+        return int((train + self.test_samples(clients)) * self.sample_bytes()) + clients * PER_CLIENT_OVERHEAD
+
+    def build_bytes(self, clients: int) -> int:
+        return self.data_bytes(clients)
+
+    def size_keys(self) -> tuple[str, ...]:
+        return ("population.clients",)
+
 
 # ---------------------------------------------------------------------------------------------
 # [task]  (tag: name)
-class QuadraticTask(Section):
+class QuadraticTask(TaskSection):
     """Least squares ``f_k(θ) = ½‖A_k θ − b_k‖²``; ``seed-1d`` is the seed's 2-client example."""
 
     name: Literal["quadratic"] = "quadratic"
@@ -25,8 +88,28 @@ class QuadraticTask(Section):
     noise: NonNegFloat = 1.0
     heterogeneity: NonNegFloat = 1.0  # spread of the clients' true models around a common one
 
+    itemsize: ClassVar[int] = 8  # float64
 
-class SyntheticTask(Section):
+    def model_params(self) -> int:
+        return 1 if self.problem == "seed-1d" else self.dim
+
+    def mean_samples_per_client(self, clients: int) -> float:
+        return 2.0 if self.problem == "seed-1d" else float(self.samples_per_client)
+
+    def sample_bytes(self) -> int:
+        return (self.model_params() + 1) * 8  # a row of A_k and an entry of b_k
+
+    def test_samples(self, clients: int) -> float:
+        return 4.0 if self.problem == "seed-1d" else float(self.samples_per_client)
+
+    def build_bytes(self, clients: int) -> int:
+        return self.data_bytes(clients) + clients * self.model_params() * 8  # the client models θ_k
+
+    def size_keys(self) -> tuple[str, ...]:
+        return ("population.clients", "task.samples_per_client", "task.dim")
+
+
+class SyntheticTask(TaskSection):
     """FedProx Synthetic(α, β) (docs/tasks.md); ``l2`` adds (l2/2)‖θ‖² to every client objective."""
 
     name: Literal["synthetic"] = "synthetic"
@@ -38,8 +121,39 @@ class SyntheticTask(Section):
     classes: Annotated[int, Field(ge=2, le=10_000)] = 10
     l2: NonNegFloat = 0.0
 
+    def model_params(self) -> int:
+        return _mlp_params([self.dim, self.classes] if self.model == "logreg" else [self.dim, self.hidden, self.classes])
 
-class DigitsTask(Section):
+    def device_samples(self) -> float:
+        """``E[n_k]``, ``n_k = min(⌊e^Z⌋ + 50, M)``, ``Z ~ N(4, 2²)``, ``M`` = the cap: with
+        ``c = M − 50``, ``E[n_k] = E[e^Z; e^Z < c] − ½ P(e^Z < c) + 50 P(e^Z < c) + M P(e^Z ≥ c)``
+        (the floor taken as −½ on average), ``E[e^Z; e^Z < c] = e^{μ+σ²/2} Φ((ln c − μ − σ²)/σ)``."""
+        mu, sigma, cap = 4.0, 2.0, SYNTHETIC_MAX_SAMPLES
+        c = cap - 50
+        below = _normal_cdf((math.log(c) - mu) / sigma)
+        partial = math.exp(mu + sigma**2 / 2) * _normal_cdf((math.log(c) - mu - sigma**2) / sigma)
+        return partial + 49.5 * below + cap * (1.0 - below)
+
+    def mean_samples_per_client(self, clients: int) -> float:
+        return SYNTHETIC_TRAIN_FRACTION * self.device_samples()
+
+    def sample_bytes(self) -> int:
+        return self.dim * 4 + 8
+
+    def test_samples(self, clients: int) -> float:
+        return clients * (1.0 - SYNTHETIC_TRAIN_FRACTION) * self.device_samples()
+
+    def build_bytes(self, clients: int) -> int:
+        # every device's samples, then the clients' copies of their training part, then the test set
+        devices = clients * self.device_samples() * self.sample_bytes()
+        generators = clients * (self.dim * self.classes + self.dim + self.classes) * 8
+        return self.data_bytes(clients) + int(devices) + generators
+
+    def size_keys(self) -> tuple[str, ...]:
+        return ("population.clients", "task.dim")
+
+
+class DigitsTask(TaskSection):
     """scikit-learn's bundled 8×8 digits, split non-IID by Dirichlet(``dirichlet_alpha``)."""
 
     name: Literal["digits"] = "digits"
@@ -48,8 +162,30 @@ class DigitsTask(Section):
     hidden: Annotated[int, Field(ge=1, le=100_000)] = 64
     test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
 
+    def model_params(self) -> int:
+        if self.model == "logreg":
+            return _mlp_params([DIGITS_FEATURES, DIGITS_CLASSES])
+        if self.model == "mlp":
+            return _mlp_params([DIGITS_FEATURES, self.hidden, DIGITS_CLASSES])
+        return (9 * 8 + 8) + _mlp_params([8 * 4 * 4, DIGITS_CLASSES])  # Conv2d(1, 8, 3), Linear(128, 10)
 
-class GaussianMLPTask(Section):
+    def mean_samples_per_client(self, clients: int) -> float:
+        return DIGITS_SAMPLES * (1.0 - self.test_fraction) / clients
+
+    def sample_bytes(self) -> int:
+        return DIGITS_FEATURES * 4 + 8
+
+    def test_samples(self, clients: int) -> float:
+        return DIGITS_SAMPLES * self.test_fraction
+
+    def build_bytes(self, clients: int) -> int:
+        return self.data_bytes(clients) + DIGITS_SAMPLES * (DIGITS_FEATURES * 12 + 8)  # scikit-learn's float64 copy
+
+    def size_keys(self) -> tuple[str, ...]:
+        return ("population.clients", "task.hidden")
+
+
+class GaussianMLPTask(TaskSection):
     """Gaussian inputs, labels = argmax of a fixed random linear map, a one-hidden-layer MLP."""
 
     name: Literal["gaussian-mlp"] = "gaussian-mlp"
@@ -58,8 +194,23 @@ class GaussianMLPTask(Section):
     samples_per_client: Annotated[int, Field(ge=1, le=10**6)] = 50
     hidden: Annotated[int, Field(ge=1, le=100_000)] = 64
 
+    def model_params(self) -> int:
+        return _mlp_params([self.dim, self.hidden, self.classes])
 
-class MNIST1DTask(Section):
+    def mean_samples_per_client(self, clients: int) -> float:
+        return float(self.samples_per_client)
+
+    def sample_bytes(self) -> int:
+        return self.dim * 4 + 8
+
+    def test_samples(self, clients: int) -> float:
+        return float(GAUSSIAN_TEST_SAMPLES)
+
+    def size_keys(self) -> tuple[str, ...]:
+        return ("population.clients", "task.samples_per_client", "task.dim")
+
+
+class MNIST1DTask(TaskSection):
     """The canonical MNIST-1D (``mnist1d.data.make_dataset()``, generated offline): its 4000
     training signals split non-IID by Dirichlet(``dirichlet_alpha``), its 1000 test signals the
     test set (docs/tasks.md §6)."""
@@ -68,6 +219,30 @@ class MNIST1DTask(Section):
     dirichlet_alpha: PosFloat = 0.3
     model: Literal["mlp", "cnn", "logreg"] = "mlp"
     hidden: Annotated[int, Field(ge=1, le=100_000)] = 100
+
+    def model_params(self) -> int:
+        if self.model == "logreg":
+            return _mlp_params([MNIST1D_LENGTH, MNIST1D_CLASSES])
+        if self.model == "mlp":
+            return _mlp_params([MNIST1D_LENGTH, self.hidden, self.hidden, MNIST1D_CLASSES])
+        # Conv1d(1, 16, 5), Conv1d(16, 16, 5), Linear(16 · LENGTH/4, 10)
+        return (5 * 16 + 16) + (16 * 16 * 5 + 16) + _mlp_params([16 * (MNIST1D_LENGTH // 4), MNIST1D_CLASSES])
+
+    def mean_samples_per_client(self, clients: int) -> float:
+        return MNIST1D_TRAIN / clients
+
+    def sample_bytes(self) -> int:
+        return MNIST1D_LENGTH * 4 + 8
+
+    def test_samples(self, clients: int) -> float:
+        return float(MNIST1D_TEST)
+
+    def build_bytes(self, clients: int) -> int:
+        # make_dataset's float64 signals (train and test), kept cached once per process
+        return self.data_bytes(clients) + (MNIST1D_TRAIN + MNIST1D_TEST) * MNIST1D_LENGTH * 8 * 3
+
+    def size_keys(self) -> tuple[str, ...]:
+        return ("population.clients", "task.model", "task.hidden")
 
 
 TaskConfig = QuadraticTask | SyntheticTask | DigitsTask | GaussianMLPTask | MNIST1DTask

@@ -10,27 +10,57 @@ known (quadratic tasks). ``asyncfl run`` draws it for every run it drives; ``asy
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import tomllib
 from pathlib import Path
 from typing import Sequence
 
+from asyncfl.config.files import open_limited
 from asyncfl.errors import RunDirError
 from asyncfl.figures.style import LOG_METRICS, METRIC_LABELS, STEP_LABEL, TIME_LABEL, figure, integer_ticks, save, styled, title
-from asyncfl.run.rundir import read_csv
 
 #: the metrics a figure may draw (columns of metrics.csv)
 PLOTTABLE = ("loss", "accuracy", "gap", "train_loss", "staleness_mean", "staleness_max")
+REQUIRED = ("step", "time", "loss", "accuracy")  # every asyncfl metrics.csv has these
+MAX_METRICS_BYTES = 256 << 20  # about 2·10⁶ evaluations
 
 
 def series(run_dir: Path) -> dict[str, list[float]]:
-    """The columns of ``run_dir/metrics.csv`` as floats (an empty field or a missing column: NaN)."""
+    """The columns of ``run_dir/metrics.csv`` as floats: an empty field, or a column the file
+    does not have (``gap`` of a non-quadratic run, an older file), is NaN. A value that is not a
+    number, a short row, a file without the required columns, or one that is not UTF-8 CSV is a
+    RunDirError naming the file, the row (the file's line number) and the column, never quoting
+    the file (read within :data:`MAX_METRICS_BYTES`)."""
     path = run_dir / "metrics.csv"
-    if not path.is_file():
+    if not path.exists():  # anything else (a device, a pipe) is refused by open_limited
         raise RunDirError(f"{run_dir}: no metrics.csv (not a run directory?)")
-    rows = read_csv(path)
-    return {key: [float(r[key]) if r.get(key) not in (None, "") else math.nan for r in rows]
-            for key in ("step", "time", *PLOTTABLE)}
+    keys = ("step", "time", *PLOTTABLE)
+    out: dict[str, list[float]] = {key: [] for key in keys}
+    try:
+        with io.TextIOWrapper(open_limited(path, MAX_METRICS_BYTES, RunDirError), encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [key for key in REQUIRED if key not in header]
+            if missing:
+                raise RunDirError(f"{path}: no column {', '.join(missing)} in its header (not an asyncfl metrics.csv)")
+            present = [key for key in keys if key in header]
+            for line, row in enumerate(reader, start=2):
+                for key in keys:
+                    if key not in present:
+                        out[key].append(math.nan)
+                        continue
+                    text = row.get(key)
+                    if text is None:
+                        raise RunDirError(f"{path}, row {line}: column {key} is missing (the row is short)")
+                    try:
+                        out[key].append(float(text) if text.strip() else math.nan)
+                    except ValueError:
+                        raise RunDirError(f"{path}, row {line}: column {key} is not a number") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise RunDirError(f"{path}: not a CSV file of UTF-8 text ({exc.__class__.__name__})") from None
+    return out
 
 
 def run_name(run_dir: Path) -> str:
@@ -52,20 +82,25 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
     virtual time, one line per run; the title is the scenario's name (or the names compared).
     Returns the written path (its suffix set by ``fmt``, docs/run-directory.md §11)."""
     runs = [Path(r) for r in run_dirs]
+    if labels and len(labels) != len(runs):
+        raise RunDirError(f"--label given {len(labels)} time(s) for {len(runs)} run(s): give one label per run, in order")
     data = [series(r) for r in runs]
     names = [run_name(r) for r in runs]
     labels = list(labels) if labels else (names if len(set(names)) == len(names) else [r.name for r in runs])
+    shown = [text.replace("$", r"\$") for text in labels]  # verbatim: a $ is not read as mathtext
     if metrics is None:
         metrics = ["loss"] + [m for m in ("accuracy", "gap") if _has(data, m)]
     fig = figure(10, 3.3 * len(metrics) + 0.6)
     axes = fig.subplots(len(metrics), 2, squeeze=False, sharex="col")
     marker = "o" if max(len(d["step"]) for d in data) <= 25 else None  # sparse evaluations: show where they are
-    for d, label in zip(data, labels):
+    handles: dict[int, object] = {}
+    for k, (d, label) in enumerate(zip(data, shown)):
         for i, metric in enumerate(metrics):
             if all(math.isnan(v) for v in d[metric]):
                 continue  # e.g. the accuracy of a regression run
             for j, x in enumerate(("step", "time")):
-                axes[i][j].plot(d[x], d[metric], label=label, lw=1.4, marker=marker, ms=3)
+                (line,) = axes[i][j].plot(d[x], d[metric], label=label, lw=1.4, marker=marker, ms=3)
+                handles.setdefault(k, line)
     for i, metric in enumerate(metrics):
         for j, xlabel in enumerate((STEP_LABEL, TIME_LABEL)):
             ax = axes[i][j]
@@ -77,8 +112,8 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
             if i == len(metrics) - 1:
                 ax.set_xlabel(xlabel)
         integer_ticks(axes[i][0].xaxis)
-    if len(runs) > 1 or labels != names:
-        axes[0][1].legend(loc="best")
+    if len(runs) > 1 or labels != names:  # handles given explicitly: matplotlib drops a label starting with "_"
+        axes[0][1].legend([handles[k] for k in sorted(handles)], [shown[k] for k in sorted(handles)], loc="best")
     what = "learning curves" if len(metrics) > 1 else METRIC_LABELS[metrics[0]]
     unique = list(dict.fromkeys(names))
     joined = " vs ".join(unique)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from asyncfl.figures.style import TIME_LABEL, colorbar, figure, integer_ticks, save, styled, title
+from asyncfl.run.bias_report import load_run
 from asyncfl.run.rundir import read_csv
 from asyncfl.server.aggregation import weight_matrix
 
@@ -65,10 +66,8 @@ def in_flight(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
 def run_w(run_dir: str | Path) -> np.ndarray:
     """The run's exact ``W`` from ``counts.npz`` with its ``p`` and ``C``."""
-    run_dir = Path(run_dir)
-    server = tomllib.loads((run_dir / "scenario.toml").read_text(encoding="utf-8"))["server"]
-    counts = np.load(run_dir / "counts.npz")["by_staleness"]
-    return weight_matrix(counts, float(server.get("staleness_exponent", 0.0)), int(server["buffer"]))
+    scenario, arrays = load_run(run_dir)  # checked, read within bounds
+    return weight_matrix(arrays["by_staleness"], scenario.server.staleness_exponent, scenario.server.buffer)
 
 
 def in_flight_bands(times: np.ndarray, level: np.ndarray, bins: int = 120) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -32,7 +32,7 @@ import numpy as np
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import RunDirError
 from asyncfl.privacy.mechanism import postprocess_counts
-from asyncfl.run.rundir import write_json
+from asyncfl.run.rundir import read_counts, write_json
 from asyncfl.server.aggregation import weight_matrix
 from asyncfl.server.bias import bias_report
 from asyncfl.server.ma import coefficient_matrix_full, light_recursion, target_matrix
@@ -42,18 +42,25 @@ RULE_KEYS = ("none", "momentum", "ma_full", "ma_light")
 
 
 def load_run(run_dir: str | Path) -> tuple[scenario_mod.Scenario, dict[str, np.ndarray]]:
+    """The run's scenario and its ``counts.npz`` arrays, checked: ``by_staleness`` a T×L array of
+    non-negative integers; ``private_by_staleness`` and ``coefficients``, when present, float
+    arrays with T rows. Every problem is a RunDirError naming the file."""
     run_dir = Path(run_dir)
     for name in ("scenario.toml", "counts.npz"):
-        if not (run_dir / name).is_file():
+        if not (run_dir / name).exists():
             raise RunDirError(f"{run_dir}: not a complete run directory ({name} is missing)")
     scenario = scenario_mod.load(run_dir / "scenario.toml")
-    try:
-        with np.load(run_dir / "counts.npz", allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"{run_dir / 'counts.npz'}: cannot be read ({exc})") from None
-    if "by_staleness" not in arrays:
-        raise RunDirError(f"{run_dir / 'counts.npz'}: has no by_staleness array")
+    path = run_dir / "counts.npz"
+    arrays = read_counts(path)
+    counts = arrays.get("by_staleness")
+    if counts is None:
+        raise RunDirError(f"{path}: has no by_staleness array")
+    if counts.ndim != 2 or counts.dtype.kind not in "iu" or (counts.size and counts.min() < 0):
+        raise RunDirError(f"{path}: by_staleness must be a 2-d array of non-negative integers (steps × staleness)")
+    for key in ("private_by_staleness", "coefficients"):
+        value = arrays.get(key)
+        if value is not None and (value.ndim != 2 or value.dtype.kind != "f" or len(value) != len(counts) or not np.isfinite(value).all()):
+            raise RunDirError(f"{path}: {key} must be a 2-d array of finite floats with one row per step ({len(counts)})")
     return scenario, arrays
 
 

@@ -9,6 +9,8 @@ file cannot run code)::
     state     the SimState tree, encoded below
     run_dir   what the run directory held when it was taken: {"csv_rows": {file: data rows},
               "csv_sha256": {file: digest of the header and those rows}}
+    sha256    :func:`content_digest` of the four entries above: ``torch.load`` checks no
+              checksum, so a flipped bit in a tensor would otherwise load as a different state
 
 Encoding. Only the declared state types of :data:`STATE_TYPES` are written, field by field, as
 ``{"__t": type name, "fields": {...}}``; tensors as tensors; numpy arrays as tagged byte
@@ -30,7 +32,7 @@ import hashlib
 import io
 import math
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -39,16 +41,18 @@ from asyncfl import rng as rngmod
 from asyncfl.clients.fleet import FleetState
 from asyncfl.clients.replay import ReplayState
 from asyncfl.compute.training import LocalJob
+from asyncfl.config.files import read_limited
+from asyncfl.config.memory import machine_memory
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError
-from asyncfl.run.rundir import atomic_write
+from asyncfl.run.rundir import torch_bytes, write_bytes
 from asyncfl.server.algorithms import PseudoGradientState
 from asyncfl.server.ma import MAFullState, MALightState
 from asyncfl.server.rules import AdamState, EmptyState, TraceState
 from asyncfl.server.splitting import BaselineState, ClientJob
 from asyncfl.sim.state import ClientState, Counters, FedBuffState, Records, SimState, SyncState, WaiterState
 
-CHECKPOINT_FORMAT = 2  # 1: the reflective format of asyncfl ≤ 0.1 (refused)
+CHECKPOINT_FORMAT = 3  # 1: the reflective format of asyncfl ≤ 0.1; 2: without the content digest (both refused)
 CHECKPOINT_NAME = "checkpoint.pt"
 
 #: Every type a state tree may hold, by name. A plug-in with its own state type adds it here
@@ -144,8 +148,56 @@ def decode(value: Any, path: str = "state") -> Any:
 def save(path: str | Path, scenario: Scenario, state: SimState, run_dir: Mapping[str, Any]) -> None:
     """Write a checkpoint atomically (temporary file, fsync, rename): a crash or a full disk
     leaves the previous checkpoint as it was."""
-    data = {"format": CHECKPOINT_FORMAT, "scenario": scenario.to_toml(), "state": encode(state), "run_dir": dict(run_dir)}
-    atomic_write(Path(path), lambda p: torch.save(data, p))
+    data = seal({"format": CHECKPOINT_FORMAT, "scenario": scenario.to_toml(), "state": encode(state), "run_dir": dict(run_dir)})
+    write_bytes(Path(path), torch_bytes(data))
+
+
+def seal(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its ``sha256`` entry (:func:`content_digest` of every other entry)."""
+    body = {k: v for k, v in data.items() if k != "sha256"}
+    return {**body, "sha256": content_digest(body)}
+
+
+def content_digest(value: Any) -> str:
+    """SHA-256 of a checkpoint's content, independent of how ``torch.save`` laid it out: a walk
+    of dicts (keys sorted), lists, tuples, strings, numbers and tensors (dtype, shape and the bytes
+    of their elements in order), each tagged with its kind and length. A tensor shared by several
+    entries (one model version) is hashed once and its digest fed at every reference."""
+    digest, seen = hashlib.sha256(), {}
+    _feed(digest, value, seen)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, value: Any, seen: dict[tuple, bytes]) -> None:
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        part = seen.get(key)
+        if part is None:
+            flat = t.contiguous().reshape(-1)
+            data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+            part = seen[key] = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode() + data).digest()
+        digest.update(b"T" + part)
+    elif isinstance(value, dict):
+        digest.update(b"D%d|" % len(value))
+        for k in sorted(value, key=str):
+            _feed(digest, str(k), seen)
+            _feed(digest, value[k], seen)
+    elif isinstance(value, (list, tuple)):
+        digest.update((b"L" if isinstance(value, list) else b"U") + b"%d|" % len(value))
+        for item in value:
+            _feed(digest, item, seen)
+    elif isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        digest.update(b"S%d|" % len(data) + data)
+    elif isinstance(value, bool) or value is None:
+        digest.update({True: b"B1", False: b"B0", None: b"N"}[value])
+    elif isinstance(value, int):
+        digest.update(b"I%d|" % value)
+    elif isinstance(value, float):
+        digest.update(b"F" + value.hex().encode() + b"|")
+    else:
+        raise CheckpointError(f"not checkpoint data: {type(value).__name__}")
 
 
 class Checkpoint:
@@ -165,10 +217,11 @@ def read(path: str | Path) -> Checkpoint:
     """Read and decode a checkpoint. A missing, damaged or foreign file, another format version
     or an incomplete state raises :class:`CheckpointError` with one message."""
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise CheckpointError(f"{path}: no checkpoint")
+    raw = read_limited(path, machine_memory() or 1 << 40, CheckpointError)  # a regular file, that fits in memory
     try:
-        data = torch.load(io.BytesIO(path.read_bytes()), weights_only=True, map_location="cpu")
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no checkpoint") from None
+        data = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises many types for a damaged or foreign file
         raise CheckpointError(f"{path}: not a readable checkpoint ({exc.__class__.__name__}: {_short(exc)})") from None
     if not isinstance(data, dict) or "format" not in data:
@@ -178,13 +231,21 @@ def read(path: str | Path) -> Checkpoint:
             f"{path}: checkpoint format {data['format']!r}, written by another version of asyncfl; this asyncfl reads "
             f"format {CHECKPOINT_FORMAT} (an older run cannot be resumed: rerun it)"
         )
-    missing = [k for k in ("scenario", "state", "run_dir") if k not in data]
+    missing = [k for k in ("scenario", "state", "run_dir", "sha256") if k not in data]
     if missing:
         raise CheckpointError(f"{path}: incomplete checkpoint (missing {', '.join(missing)})")
+    try:
+        intact = data["sha256"] == content_digest({k: v for k, v in data.items() if k != "sha256"})
+    except (CheckpointError, RecursionError):  # not checkpoint data, or nested deeper than any state
+        intact = False
+    if not intact:
+        raise CheckpointError(f"{path}: damaged (its content does not match the SHA-256 it was written with)")
     try:
         state = decode(data["state"])
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: not a simulation state (nested too deeply)") from None
     if not isinstance(state, SimState):
         raise CheckpointError(f"{path}: the checkpoint holds no simulation state")
     run_dir = data["run_dir"]
@@ -197,10 +258,6 @@ def read(path: str | Path) -> Checkpoint:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else ""
-
-
-def prefix_digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,16 +368,16 @@ def _compare(got: Any, want: Any, path: str, problems: list[str], skip: set[str]
             _compare(item, want[min(i, len(want) - 1)], f"{path}[{i}]", problems)
 
 
-def file_problems(ck: Checkpoint, files: Mapping[str, Callable[[int], bytes]]) -> list[str]:
+def file_problems(ck: Checkpoint, digests: Mapping[str, str]) -> list[str]:
     """Whether each CSV file's first ``csv_rows`` rows are the ones the checkpoint saw:
-    ``files[name](rows)`` returns those bytes (raising CheckpointError when the file has fewer)."""
+    ``digests[name]`` is the SHA-256 of the file's header and first ``csv_rows[name]`` rows
+    (:func:`asyncfl.run.rundir.csv_prefix`)."""
     problems = []
-    for name, prefix in files.items():
+    for name, digest in digests.items():
         rows = ck.csv_rows.get(name)
         if not isinstance(rows, int) or rows < 0:
             problems.append(f"{ck.path}: csv_rows[{name!r}] = {rows!r} is not a row count")
             continue
-        digest = prefix_digest(prefix(rows))
         if digest != ck.csv_sha256.get(name):
             problems.append(f"{name}: its first {rows} rows are not the ones the checkpoint saw (the file was edited or damaged)")
     return problems

@@ -26,11 +26,11 @@ killed sweep leaves no process behind.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import multiprocessing as mp
 import os
 import shutil
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -41,7 +41,7 @@ from asyncfl.compute.lifetime import die_with_parent
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import AsyncFLError, NumericalFault, RunDirError, SimulationStalled, UsageError
 from asyncfl.run import runner
-from asyncfl.run.rundir import atomic_write
+from asyncfl.run.rundir import atomic_write, read_json
 
 #: statuses after which a run is not run again
 FINAL_STATUSES = ("completed", "diverged", "stalled")
@@ -75,9 +75,10 @@ class RunOutcome(NamedTuple):
 
 
 def read_summary(out: Path) -> dict[str, Any]:
+    """A run directory's ``summary.json`` (``{}`` when it has none or it is damaged)."""
     try:
-        data = json.loads((Path(out) / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(Path(out) / "summary.json")
+    except (OSError, RunDirError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -184,8 +185,8 @@ class InProcess:
         return None
 
 
-def _worker_init(parent: int, threads: int) -> None:
-    die_with_parent(parent)
+def _worker_init(parent: int, by_main_thread: bool, threads: int) -> None:
+    die_with_parent(parent, by_main_thread)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
 
@@ -197,7 +198,8 @@ class ProcessPool:
             raise UsageError(f"--workers {workers}: must be at least 1")
         self.slots = workers
         self._pool = cf.ProcessPoolExecutor(
-            max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(), 1),
+            max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+            initargs=(os.getpid(), threading.current_thread() is threading.main_thread(), 1),
         )
 
     def run(self, jobs: list[RunJob]) -> Iterator[RunOutcome]:

@@ -11,34 +11,93 @@
   ``asyncfl.run.checkpoint``), from which ``asyncfl resume`` continues.
 
 CSV rows are flushed as they are written and whole files are replaced atomically (write to a
-temporary file, then rename), so a run killed at any moment leaves files that parse.
+temporary file, then rename), so a run killed at any moment leaves files that parse. A write
+that fails (a full disk, a quota) is a :class:`~asyncfl.errors.RunDirError` carrying the
+system's message; the file it was replacing is untouched.
+
+While a run or a resume writes a directory it holds :class:`RunLock` (``.asyncfl.lock``, an
+advisory ``flock`` the operating system releases when the process dies, SIGKILL included), so
+a second ``run`` or ``resume`` of the same directory is refused naming the holder's pid instead
+of interleaving rows. ``--overwrite`` removes only the files a run directory holds
+(:data:`RUN_FILES`) and refuses a directory holding anything else (docs/run-directory.md §1).
 """
 
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import hashlib
 import io
 import json
 import math
 import os
+import re
 import tempfile
+import time
+import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from asyncfl.config.files import MAX_JSON_BYTES, open_limited, read_limited
 from asyncfl.errors import RunDirError
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, UpdateRow
 
 FORMAT_VERSION = 1
+LOCK_NAME = ".asyncfl.lock"
+#: every file a run directory can hold (written by run/resume, ``asyncfl bias``, ``asyncfl plot``
+#: and ``analysis.staleness``); with the lock and the temporaries of interrupted atomic writes,
+#: the only files ``--overwrite`` removes
+RUN_FILES = (
+    "scenario.toml", "updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", "bias.json",
+    "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png",
+)
+_TEMPORARY = re.compile(r"\.(" + "|".join(re.escape(n) for n in RUN_FILES) + r")\.[A-Za-z0-9_]+")
+
+
+def default_run_dir(name: str, prefix: str = "") -> Path:
+    """``runs/PREFIXNAME-TIMESTAMP``, the directory of a run given no ``--out``. The scenario's
+    name is free text: every ``/``, ``\\`` and control character becomes ``_`` and a leading
+    dot is escaped, so the directory is always one new folder inside ``runs/`` (a name such as
+    ``../../x`` cannot place it elsewhere)."""
+    component = re.sub(r"[/\\\x00-\x1f\x7f]", "_", f"{prefix}{name}")
+    if component.startswith("."):
+        component = "_" + component[1:]
+    return Path("runs") / f"{component}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def is_run_file(name: str) -> bool:
+    """Whether a file called ``name`` is one a run directory holds (:data:`RUN_FILES`, the lock,
+    or the temporary ``.NAME.XXXXXXXX`` of an atomic write)."""
+    return name in RUN_FILES or name == LOCK_NAME or _TEMPORARY.fullmatch(name) is not None
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is the temporary of an atomic write (left behind by a killed run)."""
+    return _TEMPORARY.fullmatch(name) is not None
+
+
+class WriteError(RunDirError):
+    """A file of the run directory could not be written (a full disk, a quota, permissions)."""
+
+
+def write_error(path: Path, exc: OSError) -> WriteError:
+    """A failed write as one message with the system's reason (``No space left on device``)."""
+    return WriteError(f"cannot write {path}: {exc.strerror or exc.__class__.__name__}")
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same directory, fsync, then rename over ``path``."""
+    """Write through a temporary file in the same directory, fsync, then rename over ``path``.
+    A failure (a full disk, a quota) leaves ``path`` as it was and raises :func:`write_error`'s
+    RunDirError."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise write_error(path, exc) from None
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -49,9 +108,24 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)
+    except OSError as exc:
+        raise write_error(path, exc) from None
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """:func:`atomic_write` of ``data``."""
+    atomic_write(path, lambda p: p.write_bytes(data))
+
+
+def torch_bytes(obj: Any) -> bytes:
+    """``torch.save(obj)`` into memory: written to disk with plain file writes, a full disk is an
+    ``OSError`` carrying the system's message (torch's own writer reports it as a RuntimeError)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -73,19 +147,151 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def prepare(out: str | Path, overwrite: bool = False) -> Path:
-    """Create the run directory; refuse a non-empty one unless ``overwrite``."""
+class RunLock:
+    """The lock of a run directory, held while a run or a resume writes it.
+
+    ``flock(LOCK_EX | LOCK_NB)`` on ``DIR/.asyncfl.lock``, which then holds the holder's pid. The
+    operating system releases it when the process ends however it ends, so a killed run's
+    directory can be resumed at once. :meth:`release` removes the file while still holding the
+    lock; a process that opened it meanwhile finds, once it gets the lock, that the path no longer
+    names the file it locked, and starts again (so two processes never both hold a lock)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self._fd = path, fd
+
+    @classmethod
+    def acquire(cls, directory: str | Path) -> "RunLock":
+        """Take the lock of ``directory`` (which must exist); a RunDirError naming the holder's
+        pid when another process holds it."""
+        path = Path(directory) / LOCK_NAME
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            except OSError as exc:
+                raise RunDirError(f"{directory}: cannot take the run directory's lock {path.name} ({exc.strerror})") from None
+            try:
+                _flock_soon(fd)
+            except OSError as exc:
+                holder = _read_pid(fd)
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise RunDirError(f"{directory}: cannot take the run directory's lock ({exc.strerror})") from None
+                raise _in_use(directory, holder) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # released and removed between our open and our lock: try again
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return cls(path, fd)
+
+    @staticmethod
+    def check(directory: str | Path) -> None:
+        """Raise the "in use" RunDirError if another process holds ``directory``'s lock; changes
+        nothing (no lock file is created, a stale one is left as it is)."""
+        path = Path(directory) / LOCK_NAME
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return  # no lock file: nobody holds it (acquire reports other problems)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held for an instant: acquire() retries past it
+        except OSError:
+            raise _in_use(directory, _read_pid(fd)) from None
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _flock_soon(fd: int, tries: int = 5, pause: float = 0.02) -> None:
+    """``flock(LOCK_EX | LOCK_NB)``, tried a few times over ~0.1 s: a :meth:`RunLock.check` by
+    another process holds a shared lock for an instant, a run holds it for its whole life."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) or attempt == tries - 1:
+                raise
+            time.sleep(pause)
+
+
+def _in_use(directory: str | Path, holder: int | None) -> RunDirError:
+    who = f"process {holder}" if holder else "another process"
+    return RunDirError(f"{directory}: in use by {who} (a run or resume is writing it); wait until it ends or stop it, then try again")
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def check_out(out: str | Path, overwrite: bool = False) -> Path:
+    """What :func:`prepare` refuses, checked without creating or changing anything (a run checks
+    this before it builds its simulation, which can take a while)."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path}: exists and is not a directory")
     if path.is_dir() and any(path.iterdir()):
         if not overwrite:
+            RunLock.check(path)  # in use: says by whom
             raise RunDirError(f"--out {path}: directory is not empty; choose another or pass --overwrite")
-        for child in path.iterdir():
-            if child.is_file() or child.is_symlink():
-                child.unlink()
-    path.mkdir(parents=True, exist_ok=True)
+        _refuse_foreign(path)
     return path
+
+
+def prepare(out: str | Path, overwrite: bool = False) -> tuple[Path, RunLock]:
+    """Create the run directory and take its lock (:class:`RunLock`; the caller releases it).
+
+    A non-empty directory is refused unless ``overwrite``; with ``overwrite`` it may hold only
+    the files of a run directory (:func:`is_run_file`), which are then removed under the lock. A
+    directory holding anything else — another file, a folder — is refused, touching nothing."""
+    path = check_out(out, overwrite)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"--out {path}: cannot create the directory ({exc.strerror})") from None
+    lock = RunLock.acquire(path)
+    try:
+        if overwrite:
+            _refuse_foreign(path)  # again, under the lock
+            for child in path.iterdir():
+                if child.name != LOCK_NAME:
+                    child.unlink()
+    except BaseException:
+        lock.release()
+        raise
+    return path, lock
+
+
+def _refuse_foreign(path: Path) -> None:
+    foreign = sorted(c.name for c in path.iterdir() if not (is_run_file(c.name) and (c.is_file() or c.is_symlink())) or c.is_dir())
+    if foreign:
+        listed = ", ".join(repr(n) for n in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise RunDirError(
+            f"--out {path}: --overwrite removes only the files of a run directory, and this directory also holds "
+            f"{listed}; nothing was removed: choose another directory"
+        )
 
 
 class CsvLog:
@@ -96,12 +302,17 @@ class CsvLog:
     ``append=True`` continues a file whose first ``rows`` data rows (and header) are ``prefix``
     (the bytes already checked by the resume)."""
 
-    def __init__(self, path: Path, fields: tuple[str, ...], append: bool = False, rows: int = 0, prefix: bytes = b"") -> None:
-        self.fh = open(path, "ab" if append else "wb")
+    def __init__(self, path: Path, fields: tuple[str, ...], append: bool = False, rows: int = 0,
+                 prefix: "hashlib._Hash | None" = None) -> None:
+        self.path = path
+        try:
+            self.fh = open(path, "ab" if append else "wb", buffering=0)
+        except OSError as exc:
+            raise write_error(path, exc) from None
         self._line = io.StringIO()
         self._csv = csv.writer(self._line, lineterminator="\n")
         self.fields = fields
-        self.digest = hashlib.sha256(prefix if append else b"")
+        self.digest = prefix.copy() if append and prefix is not None else hashlib.sha256()
         self.rows = rows if append else 0  # data rows in the file (checkpoints record it)
         if not append:
             self._write_line(fields)
@@ -111,8 +322,12 @@ class CsvLog:
         self._line.truncate()
         self._csv.writerow(values)
         data = self._line.getvalue().encode("utf-8")
-        self.fh.write(data)
-        self.fh.flush()
+        try:  # unbuffered: a failed write is reported now, and nothing stays behind to retry at close
+            view = memoryview(data)
+            while view:
+                view = view[self.fh.write(view):]
+        except OSError as exc:
+            raise write_error(self.path, exc) from None
         self.digest.update(data)
 
     def write(self, values: list[Any]) -> None:
@@ -141,12 +356,14 @@ class RunWriter:
     ``prefixes[name]`` being exactly those bytes (already cut and checked by the resume)."""
 
     def __init__(self, path: Path, append: bool = False, rows: dict[str, int] | None = None,
-                 prefixes: dict[str, bytes] | None = None) -> None:
+                 prefixes: "dict[str, CsvPrefix] | None" = None) -> None:
         self.path = Path(path)
         rows, prefixes = rows or {}, prefixes or {}
         self.metrics: list[dict[str, float]] = []
-        self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append, rows.get("updates.csv", 0), prefixes.get("updates.csv", b""))
-        self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append, rows.get("metrics.csv", 0), prefixes.get("metrics.csv", b""))
+        self.checkpoint_step: int | None = None  # the step of the last checkpoint written (or resumed from)
+        digest = lambda name: prefixes[name].digest if name in prefixes else None  # noqa: E731
+        self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append, rows.get("updates.csv", 0), digest("updates.csv"))
+        self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append, rows.get("metrics.csv", 0), digest("metrics.csv"))
 
     def rows(self) -> dict[str, int]:
         """Data rows written so far per CSV file (what a checkpoint must truncate back to)."""
@@ -177,28 +394,74 @@ class RunWriter:
         write_json(self.path / "summary.json", {"format_version": FORMAT_VERSION, **summary})
 
     def write_model(self, state_dict: dict[str, torch.Tensor]) -> None:
-        atomic_write(self.path / "model.pt", lambda p: torch.save(state_dict, p))
+        write_bytes(self.path / "model.pt", torch_bytes(state_dict))
 
     def close(self) -> None:
         self.updates_log.close()
         self.metrics_log.close()
 
 
-def csv_prefix(path: Path, fields: tuple[str, ...], rows: int) -> bytes:
-    """``path``'s header and first ``rows`` data rows (the part a checkpoint saw), as bytes.
-    Raises RunDirError for a missing file, another header, or fewer complete rows."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise RunDirError(f"{path}: missing; the run directory is incomplete") from None
-    lines = data.split(b"\n")
-    header = ",".join(fields).encode()
-    if lines[0] != header:
-        raise RunDirError(f"{path}: the header is not {header.decode()!r}; not a run directory of this asyncfl version")
-    complete = len(lines) - 2  # data rows ending in a newline (the part after the last one is cut)
-    if rows < 0 or complete < rows:
-        raise RunDirError(f"{path}: {max(complete, 0)} complete rows, but the checkpoint was taken after {rows}; the run directory is damaged")
-    return data[: sum(len(line) + 1 for line in lines[: rows + 1])]
+class CsvPrefix:
+    """The part of a CSV file a checkpoint saw: its header and first ``rows`` data rows, as a
+    byte length and a running SHA-256 (:func:`csv_prefix`)."""
+
+    def __init__(self, size: int, digest: "hashlib._Hash") -> None:
+        self.size, self.digest = size, digest
+
+    def sha256(self) -> str:
+        return self.digest.hexdigest()
+
+
+def csv_prefix(path: Path, fields: tuple[str, ...], rows: int, chunk: int = 1 << 20) -> CsvPrefix:
+    """``path``'s header and first ``rows`` data rows (the part a checkpoint saw), read in chunks
+    (the file is never held whole in memory) and hashed. Raises RunDirError for a missing file or
+    one that is not a regular file, another header, or fewer complete rows."""
+    if rows < 0:
+        raise RunDirError(f"{path}: the checkpoint counts {rows} rows; the run directory is damaged")
+    if not path.exists() and not path.is_symlink():
+        raise RunDirError(f"{path}: missing; the run directory is incomplete")
+    header = ",".join(fields).encode() + b"\n"
+    with open_limited(path, 1 << 62, RunDirError) as fh:
+        first = fh.read(len(header))
+        if first != header:
+            raise RunDirError(f"{path}: the header is not {header.decode().strip()!r}; not a run directory of this asyncfl version")
+        digest, size, complete = hashlib.sha256(first), len(first), 0  # complete: data rows ending in a newline
+        while complete < rows:
+            block = fh.read(chunk)
+            if not block:
+                raise RunDirError(f"{path}: {complete} complete rows, but the checkpoint was taken after {rows}; the run directory is damaged")
+            newlines = block.count(b"\n")
+            if complete + newlines < rows:
+                digest.update(block)
+                size, complete = size + len(block), complete + newlines
+                continue
+            end = -1
+            for _ in range(rows - complete):
+                end = block.index(b"\n", end + 1)
+            digest.update(block[: end + 1])
+            size, complete = size + end + 1, rows
+    return CsvPrefix(size, digest)
+
+
+MAX_COUNTS_BYTES = 1 << 30  # counts.npz, on disk and its arrays uncompressed
+
+
+def read_counts(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of a ``counts.npz`` (read with ``allow_pickle=False``). The file must be a
+    regular file whose arrays, uncompressed, take at most :data:`MAX_COUNTS_BYTES` (checked from
+    the archive's directory before anything is decompressed: a small archive can expand to any
+    size). Every problem is a RunDirError naming the file."""
+    with open_limited(path, MAX_COUNTS_BYTES, RunDirError) as fh:
+        try:
+            with zipfile.ZipFile(fh) as archive:
+                expanded = sum(info.file_size for info in archive.infolist())
+            if expanded > MAX_COUNTS_BYTES:
+                raise RunDirError(f"{path}: its arrays take {expanded} bytes uncompressed, more than the {MAX_COUNTS_BYTES} read at most")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            raise RunDirError(f"{path}: cannot be read as a numpy archive ({exc.__class__.__name__})") from None
 
 
 def truncate(path: Path, size: int) -> None:
@@ -209,6 +472,20 @@ def truncate(path: Path, size: int) -> None:
             os.fsync(fh.fileno())
 
 
+MAX_CSV_BYTES = 1 << 30
+
+
 def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
+    """The rows of a CSV file of a run directory (a regular file of at most :data:`MAX_CSV_BYTES`;
+    RunDirError otherwise)."""
+    with io.TextIOWrapper(open_limited(path, MAX_CSV_BYTES, RunDirError), newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file of a run directory (``summary.json``, ``bias.json``), read within
+    :data:`~asyncfl.config.files.MAX_JSON_BYTES`; a RunDirError when it cannot be read or parsed."""
+    try:
+        return json.loads(read_limited(path, MAX_JSON_BYTES, RunDirError).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise RunDirError(f"{path}: not valid JSON ({exc.__class__.__name__}); the run directory is damaged") from None

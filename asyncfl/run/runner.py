@@ -15,7 +15,7 @@ scratch in place (``scenario.toml`` is kept, the outputs are rewritten).
 from __future__ import annotations
 
 import asyncio
-import json
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -67,14 +67,18 @@ async def run_to_dir(
     simulation: Simulation | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Run ``scenario`` and write its run directory ``out``; returns the summary."""
+    """Run ``scenario`` and write its run directory ``out``; returns the summary. The directory
+    is locked for the whole run (:class:`~asyncfl.run.rundir.RunLock`)."""
     if scenario.run.tensorboard:
         tensorboard.check_available()  # before anything is written
-    path = rundir.prepare(out, overwrite=overwrite)
-    writer = rundir.RunWriter(path)
-    writer.write_scenario(scenario.to_toml())
-    sim = simulation if simulation is not None else Simulation(scenario, sink=writer)
-    return await _drive(sim, writer, on_event, should_stop)
+    rundir.check_out(out, overwrite=overwrite)
+    # built first: a scenario refused while building (memory, traces) leaves no directory behind
+    sim = simulation if simulation is not None else Simulation(scenario)
+    path, lock = rundir.prepare(out, overwrite=overwrite)
+    with lock:
+        writer = rundir.RunWriter(path)
+        writer.write_scenario(scenario.to_toml())
+        return await _drive(sim, writer, on_event, should_stop)
 
 
 async def _drive(
@@ -116,6 +120,12 @@ async def _drive(
     except (KeyboardInterrupt, asyncio.CancelledError):
         finalize(sim, writer, "interrupted")  # mid-event: the last checkpoint (if any) stays valid
         raise
+    except rundir.WriteError as exc:  # a full disk: nothing more can be written, the files so far stay
+        ck = writer.path / CHECKPOINT_NAME
+        last = "" if writer.checkpoint_step is None else f" of server step {writer.checkpoint_step}"
+        kept = (f"its last checkpoint{last} ({ck}) is intact: make room, then 'asyncfl resume {writer.path}'"
+                if ck.exists() else f"it has no checkpoint yet: make room, then 'asyncfl resume {writer.path}' restarts it")
+        raise rundir.WriteError(f"{exc}; the run stopped after server step {sim.steps_done}, {kept}") from None
     finally:
         writer.close()
         if board is not None:
@@ -128,6 +138,7 @@ def save_checkpoint(sim: Simulation, writer: rundir.RunWriter) -> None:
     (written after the rows it counts)."""
     run_dir = {"csv_rows": writer.rows(), "csv_sha256": writer.digests()}
     checkpoint.save(writer.path / CHECKPOINT_NAME, sim.scenario, sim.state(), run_dir)
+    writer.checkpoint_step = sim.steps_done
 
 
 def run_to_dir_blocking(scenario: Scenario, out: str | Path, **kwargs: Any) -> dict[str, Any]:
@@ -165,16 +176,13 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
         raise RunDirError(f"{path}: not a run directory (no scenario.toml); a run killed before writing it has nothing to resume: start it again with 'asyncfl run'")
     status = None
     summary_path = path / "summary.json"
-    if summary_path.exists():
-        try:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError, OSError) as exc:
-            raise RunDirError(f"{summary_path}: not valid JSON ({exc.__class__.__name__}); the run directory is damaged") from None
+    if summary_path.exists() or summary_path.is_symlink():
+        summary = rundir.read_json(summary_path)
         if not isinstance(summary, dict):
             raise RunDirError(f"{summary_path}: not a run summary")
         version = summary.get("format_version")
         if version != rundir.FORMAT_VERSION:
-            raise RunDirError(f"{path}: run directory format_version {version!r}; this asyncfl reads format_version {rundir.FORMAT_VERSION}")
+            raise RunDirError(f"{path}: run directory format_version {reprlib.repr(version)}; this asyncfl reads format_version {rundir.FORMAT_VERSION}")
         status = summary.get("status")
     try:
         scenario = scenario_mod.load(toml_path)
@@ -202,46 +210,51 @@ async def resume_dir(
     first one) the run restarts from scratch in the same directory: its outputs are rewritten,
     ``scenario.toml`` is kept. A completed run is left untouched; a diverged one is refused.
     """
-    plan = inspect_run_dir(path)
-    if plan.status == "completed":
-        raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
-    if plan.status in ("diverged", "stalled"):
-        raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
-    kwargs = simulation_kwargs or {}
-    if plan.scenario.run.tensorboard:
-        tensorboard.check_available()
-    if plan.checkpoint is None:
+    if not Path(path).is_dir():
+        inspect_run_dir(path)  # the message for a missing directory
+    with rundir.RunLock.acquire(path):  # held until the resumed run ends
+        plan = inspect_run_dir(path)
+        if plan.status == "completed":
+            raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
+        if plan.status in ("diverged", "stalled"):
+            raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
+        kwargs = simulation_kwargs or {}
+        if plan.scenario.run.tensorboard:
+            tensorboard.check_available()
+        if plan.checkpoint is None:
+            sim = Simulation(plan.scenario, **kwargs)  # refused (memory, traces) before a file is removed
+            _remove_temporaries(plan.path)
+            for name in OUTPUTS:
+                (plan.path / name).unlink(missing_ok=True)
+            writer = rundir.RunWriter(plan.path)
+            return await _drive(sim, writer, on_event, should_stop)
+        ck = plan.checkpoint
+        sim = Simulation(plan.scenario, **kwargs)
+        problems = checkpoint.validate(ck, sim.state(), plan.scenario)
+        prefixes: dict[str, rundir.CsvPrefix] = {}
+        if not problems:  # both CSV files checked before either is cut
+            fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": METRIC_FIELDS}
+            for name in fields:
+                prefixes[name] = rundir.csv_prefix(plan.path / name, fields[name], ck.csv_rows[name])
+            problems = checkpoint.file_problems(ck, {name: prefix.sha256() for name, prefix in prefixes.items()})
+        if problems:
+            listed = "\n".join(f"  - {p}" for p in problems)
+            raise CheckpointError(f"{ck.path}: does not fit {plan.path / 'scenario.toml'} and its run directory; nothing was changed:\n{listed}")
+        sim.restore(ck.state)
         _remove_temporaries(plan.path)
-        for name in OUTPUTS:
-            (plan.path / name).unlink(missing_ok=True)
-        writer = rundir.RunWriter(plan.path)
-        sim = Simulation(plan.scenario, sink=writer, **kwargs)
+        resumed_from = ck.step
+        for name, prefix in prefixes.items():
+            rundir.truncate(plan.path / name, prefix.size)
+        writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes)
+        writer.checkpoint_step = resumed_from
+        sim.sink = writer
         return await _drive(sim, writer, on_event, should_stop)
-    ck = plan.checkpoint
-    sim = Simulation(plan.scenario, **kwargs)
-    problems = checkpoint.validate(ck, sim.state(), plan.scenario)
-    prefixes: dict[str, bytes] = {}
-    if not problems:  # both CSV files checked before either is cut
-        fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": METRIC_FIELDS}
-        for name in fields:
-            prefixes[name] = rundir.csv_prefix(plan.path / name, fields[name], ck.csv_rows[name])
-        problems = checkpoint.file_problems(ck, {name: lambda rows, name=name: prefixes[name] for name in fields})
-    if problems:
-        listed = "\n".join(f"  - {p}" for p in problems)
-        raise CheckpointError(f"{ck.path}: does not fit {plan.path / 'scenario.toml'} and its run directory; nothing was changed:\n{listed}")
-    sim.restore(ck.state)
-    _remove_temporaries(plan.path)
-    for name, prefix in prefixes.items():
-        rundir.truncate(plan.path / name, len(prefix))
-    writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes)
-    sim.sink = writer
-    return await _drive(sim, writer, on_event, should_stop)
 
 
 def _remove_temporaries(path: Path) -> None:
     """Temporary files of an atomic write interrupted by a kill (``.NAME.XXXXXXXX``)."""
     for child in path.iterdir():
-        if child.is_file() and child.name.startswith(".") and any(child.name.startswith(f".{n}.") for n in (*OUTPUTS, "scenario.toml")):
+        if child.is_file() and rundir.is_temporary(child.name):
             child.unlink()
 
 

@@ -45,6 +45,7 @@ from asyncfl.clients.fleet import Fleet
 from asyncfl.compute.compose import make_executor
 from asyncfl.compute.executors import Executor
 from asyncfl.compute.training import LocalJob
+from asyncfl.config.memory import check_memory
 from asyncfl.config.registries import PROTOCOLS
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunInterrupted, SimulationStalled, TraceError
@@ -139,6 +140,7 @@ class Simulation:
         self.scenario = scenario
         self._task_from_scenario = task is None  # remote executors may rebuild it from the scenario
         if task is None:
+            check_memory(scenario)  # refuse before building what cannot fit (docs/architecture.md §8)
             task = build_task(scenario.task, scenario.population.clients, scenario.seed)
         self.task = task
         self.sink: Sink = sink if sink is not None else MemorySink()
@@ -176,6 +178,9 @@ class Simulation:
         # restore(): the restored clients and their stored results, restarted by _restart()
         self._restored: dict[int, torch.Tensor | None] | None = None
         self._restored_records: dict[int, InFlight] = {}
+        # the test loss of θ_1 (the divergence guard's reference): configuration, since θ_1 is
+        # the task's initial model; taken from the step-0 evaluation, recomputed after a restore
+        self._initial_loss: float | None = None
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -437,8 +442,17 @@ class Simulation:
         }
         self._eval_staleness = []
         self.last_metrics = row
+        if self.steps_done == 0:
+            self._initial_loss = row["loss"]
         self.sink.on_metrics(row)
         return row
+
+    @property
+    def initial_loss(self) -> float:
+        """Test loss of the initial model ``θ_1`` (the step-0 metrics row)."""
+        if self._initial_loss is None:
+            self._initial_loss = float(self.task.evaluate(self.task.initial_theta)["loss"])
+        return self._initial_loss
 
     def _guard_rejections(self) -> None:
         """A run whose every upload is rejected would never end: stop it with the step."""
@@ -452,13 +466,23 @@ class Simulation:
             )
 
     def _guard_divergence(self, metrics: dict[str, float]) -> None:
-        loss = metrics["loss"]
-        if not math.isfinite(loss) or loss > self.scenario.run.divergence_loss:
-            self.finished = True
-            raise NumericalFault(
-                f"the model diverged at server step {self.steps_done} (virtual time {self.env.now:g}): "
-                f"test loss = {loss:g} (bound run.divergence_loss = {self.scenario.run.divergence_loss:g})"
-            )
+        """Stop the run (:class:`NumericalFault`) when the evaluated test loss ``ℓ_t`` is NaN/±Inf,
+        above the absolute bound ``run.divergence_loss``, or above ``run.divergence_factor × ℓ_0``
+        with ``ℓ_0 > 0`` the initial model's test loss (the run's own scale: a loss that grew from
+        2.6 to 3.7·10⁷ stays under any absolute bound fit for every task). The message says which
+        bound fired (docs/architecture.md §8)."""
+        loss, run = metrics["loss"], self.scenario.run
+        if not math.isfinite(loss):
+            why = f"test loss = {loss:g} is not finite"
+        elif loss > run.divergence_loss:
+            why = f"test loss = {loss:g} is above run.divergence_loss = {run.divergence_loss:g}"
+        elif self.initial_loss > 0 and loss > run.divergence_factor * self.initial_loss:
+            why = (f"test loss = {loss:g} is above run.divergence_factor = {run.divergence_factor:g} × the initial "
+                   f"model's test loss {self.initial_loss:g}")
+        else:
+            return
+        self.finished = True
+        raise NumericalFault(f"the model diverged at server step {self.steps_done} (virtual time {self.env.now:g}): {why}")
 
     # ------------------------------------------------------------------------------------------
     def by_staleness(self) -> np.ndarray:

@@ -17,11 +17,11 @@ import numpy as np
 from sklearn.datasets import load_digits
 from torch import nn
 
-from asyncfl.config.tasks import DigitsTask
+from asyncfl.config.tasks import DIGITS_CLASSES, DigitsTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
 
-CLASSES = 10
+CLASSES = DIGITS_CLASSES
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:

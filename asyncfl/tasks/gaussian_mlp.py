@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from asyncfl.config.tasks import GaussianMLPTask
+from asyncfl.config.tasks import GAUSSIAN_TEST_SAMPLES, GaussianMLPTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import cross_entropy, mlp, seeded_model, task_streams
 
-TEST_SAMPLES = 2000
+TEST_SAMPLES = GAUSSIAN_TEST_SAMPLES
 
 
 def gaussian_mlp_data(num_clients: int, dim: int, classes: int, samples_per_client: int,

@@ -29,12 +29,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from asyncfl.config.tasks import MNIST1DTask
+from asyncfl.config.tasks import MNIST1D_CLASSES, MNIST1D_LENGTH, MNIST1DTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import Reshape, cross_entropy, dirichlet_split, mlp, seeded_model, task_streams
 
-CLASSES = 10
-LENGTH = 40
+CLASSES = MNIST1D_CLASSES
+LENGTH = MNIST1D_LENGTH
 
 
 class MNIST1DArrays(NamedTuple):

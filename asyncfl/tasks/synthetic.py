@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from asyncfl.config.tasks import SyntheticTask
+from asyncfl.config.tasks import SYNTHETIC_MAX_SAMPLES, SYNTHETIC_TRAIN_FRACTION, SyntheticTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import cross_entropy, mlp, seeded_model, task_streams
 
-MAX_SAMPLES = 5000
-TRAIN_FRACTION = 0.9
+MAX_SAMPLES = SYNTHETIC_MAX_SAMPLES
+TRAIN_FRACTION = SYNTHETIC_TRAIN_FRACTION
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.memory import check_memory
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy import calibrate_sigma
 from asyncfl.studies.ma_study.spec import StudyError, StudySpec, TaskEntry, parse_spec, read_spec_file
@@ -88,7 +89,7 @@ class Study:
                     for dp in spec.dp:
                         point = Point(task.name, method, K, spec.seeds[0], dp, self.spec.lr_grid.of(method)[0], spec.steps)
                         try:
-                            self.scenario(point)
+                            check_memory(self.scenario(point))  # and that it fits this machine
                         except ScenarioError as exc:
                             where = f"tasks[{i}] ({task.name}), {method}, K={K}, dp={dp}"
                             problems.extend(f"{where}: {p}" for p in exc.problems)

@@ -5,11 +5,12 @@ target per task × DP with its curves, and the measured bias of every run
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from asyncfl.errors import RunDirError
+from asyncfl.run.rundir import read_json
 from asyncfl.studies.ma_study.design import Study
 from asyncfl.studies.ma_study.figures import plot_bias, plot_curves
 from asyncfl.studies.ma_study.spec import METHOD_LABELS
@@ -20,8 +21,10 @@ def _privacy_line(out: Path, rows: Rows) -> str | None:
     for row in rows:
         if row["dp"] and row["method"] != "sync-momentum":
             try:
-                summary = json.loads((out / row["run_dir"] / "summary.json").read_text())
-            except (OSError, ValueError):
+                summary = read_json(out / row["run_dir"] / "summary.json")
+            except (OSError, RunDirError):
+                continue
+            if not isinstance(summary, dict):
                 continue
             p = summary.get("privacy")
             if p:

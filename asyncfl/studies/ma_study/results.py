@@ -3,11 +3,11 @@ it first reached a target accuracy, and the implicit momentum bias of its own ru
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from asyncfl.run.rundir import read_csv
+from asyncfl.errors import RunDirError
+from asyncfl.run.rundir import read_csv, read_json
 from asyncfl.studies.ma_study.spec import BIAS_KEY
 
 #: a run with one of these ``summary.json`` statuses is not run again (divergence is deterministic)
@@ -16,9 +16,10 @@ DONE_STATUSES = ("completed", "diverged")
 
 def read_status(run_dir: Path) -> str | None:
     try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError):
+        summary = read_json(run_dir / "summary.json")
+    except (OSError, RunDirError):
         return None
+    return summary.get("status") if isinstance(summary, dict) else None
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
@@ -26,8 +27,11 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     if not path.is_file():
         return []
     rows = []
-    for row in read_csv(path):
-        rows.append({k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()})
+    try:
+        for row in read_csv(path):
+            rows.append({k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()})
+    except (RunDirError, ValueError, TypeError) as exc:
+        raise RunDirError(f"{path}: not a metrics.csv of numbers ({exc.__class__.__name__})") from None
     return rows
 
 
@@ -45,6 +49,6 @@ def run_bias(run_dir: Path, method: str) -> float:
     if key is None:
         return 0.0  # sync: W = I and A = M
     try:
-        return float(json.loads((run_dir / "bias.json").read_text())[key])
-    except (OSError, ValueError, KeyError, TypeError):
+        return float(read_json(run_dir / "bias.json")[key])
+    except (OSError, RunDirError, ValueError, KeyError, TypeError):
         return math.nan

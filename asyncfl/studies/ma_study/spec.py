@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
 from asyncfl.errors import AsyncFLError
 
 MethodName = Literal[
@@ -73,7 +74,8 @@ class TaskEntry(_Section):
     """One task: a base scenario file (relative to the spec, else to the working directory)
     and/or dotted overrides (``"task.name" = "digits"``), and the target test accuracy."""
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,60}$")]
+    # a folder of the study's runs/ and part of file names: no leading dot, so never "." or ".."
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,59}$")]
     scenario: str | None = None
     overrides: dict[str, Any] = {}
     target_accuracy: Annotated[float, Field(gt=0, le=1)]
@@ -118,7 +120,7 @@ class LrGrid(_Section):
 class StudySpec(_Section):
     """The whole study (see the module docstring and ``analysis/study_small.toml``)."""
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,80}$")]
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}$")]
     buffer: PosInt  # C
     k_multiples: Annotated[list[PosInt], Field(min_length=1, max_length=20)]  # K = m·C
     seeds: Annotated[list[Annotated[int, Field(ge=0, lt=2**63)]], Field(min_length=1, max_length=100)]
@@ -171,12 +173,13 @@ def _spec_errors(exc: ValidationError) -> list[str]:
 def read_spec_file(path: str | Path) -> dict[str, Any]:
     """The raw table of a spec file (a :class:`StudyError` if it cannot be read as TOML)."""
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise StudyError([f"{path}: no such study spec"])
+    text = read_text_limited(path, MAX_SCENARIO_BYTES, lambda message: StudyError([f"study spec {message}"]))
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise StudyError([f"{path}: no such study spec"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StudyError([f"{path}: cannot be read ({exc})"]) from None
+        return tomllib.loads(text)
+    except RecursionError:
+        raise StudyError([f"{path}: not valid TOML (arrays or tables nested too deeply)"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise StudyError([f"{path}: not valid TOML ({exc})"]) from None
 

@@ -4,7 +4,6 @@ each run's row read back from its run directory (docs/run-directory.md)."""
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import tomllib
@@ -15,7 +14,8 @@ from asyncfl.config import scenario as scenario_mod
 import tomli_w
 
 from asyncfl.run.parallel import Backend, InProcess, Progress, RunJob, RunOutcome, run_jobs
-from asyncfl.run.rundir import atomic_write
+from asyncfl.errors import RunDirError
+from asyncfl.run.rundir import atomic_write, read_json
 from asyncfl.studies.privacy_sweep.outputs import write_outputs
 from asyncfl.studies.privacy_sweep.plan import count_noise_std, point_scenario, resolve_budget, sweep_points, update_noise_std
 from asyncfl.studies.privacy_sweep.spec import BIAS_KEY, RULES, Budget, SweepError, SweepPoint, SweepRow
@@ -24,9 +24,10 @@ from asyncfl.studies.privacy_sweep.tables import write_csv
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(path)
+    except (OSError, RunDirError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _finite(value: Any) -> float:

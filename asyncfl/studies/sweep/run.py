@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import math
 import tomllib
 from dataclasses import dataclass
@@ -29,10 +28,10 @@ from typing import Any, Callable
 
 import tomli_w
 
-from asyncfl.errors import UsageError
+from asyncfl.errors import RunDirError, UsageError
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, run_jobs
-from asyncfl.run.rundir import atomic_write
+from asyncfl.run.rundir import atomic_write, read_json
 from asyncfl.studies.stats import mean_ci95
 from asyncfl.studies.sweep.grid import Axis, Grid
 
@@ -127,8 +126,10 @@ def result_row(outcome: RunOutcome, values: dict[str, Any], seed: int, sweep_dir
 def _bias(out: Path) -> dict[str, float]:
     """The overall biases of ``bias.json`` (``none``, ``momentum``, ``ma_full``, ``ma_light``)."""
     try:
-        raw = json.loads((out / "bias.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_json(out / "bias.json")
+    except (OSError, RunDirError):
+        return {}
+    if not isinstance(raw, dict):
         return {}
     return {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 

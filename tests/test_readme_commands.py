@@ -1,0 +1,89 @@
+"""Every command shown in the README runs as written (issue 14 item 10).
+
+The ``bash`` blocks of README.md are read and split into commands (continuation lines joined,
+comments dropped, ``&&`` chains split). ``asyncfl`` commands run in order, as written, in a
+scratch working directory that holds the repository's ``scenarios/`` and ``analysis/``, so
+``runs/...`` lands there and later commands find what earlier ones wrote (``asyncfl resume
+runs/q`` resumes the run the line before made). The few that take minutes (the privacy sweep,
+the studies) are checked as far as they go without running: arguments parsed, scenario or spec
+validated. Installation and benchmark commands (network, minutes) are listed and skipped by name.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from asyncfl.cli.main import build_parser, main
+from asyncfl.config import scenario as sc
+from asyncfl.config.memory import check_memory
+from asyncfl.studies.ma_study.design import load_spec
+from asyncfl.studies.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
+from asyncfl.studies.sweep.grid import Grid, parse_grid, parse_seeds
+
+REPO = Path(__file__).resolve().parents[1]
+#: commands that set up a machine or measure it (network, minutes): not run
+NOT_RUN = ("python3 -m venv", "pip install", ".venv/bin/pip", ".venv/bin/python -m pytest", "python -m benchmarks.")
+#: asyncfl commands that take minutes (the sweeps, the studies without --check): checked without running
+LONG = ("asyncfl privacy ", "asyncfl sweep ")
+
+
+def readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.split("  #")[0].strip() if not line.lstrip().startswith("#") else ""
+            for part in line.split("&&"):
+                part = part.strip()
+                if part:
+                    commands.append(re.sub(r"^\.venv/bin/asyncfl ", "asyncfl ", part))
+    return commands
+
+
+def test_the_readme_shows_commands():
+    commands = readme_commands()
+    assert any(c.startswith("asyncfl run scenarios/quickstart.toml") for c in commands)
+    assert all(c.startswith(("asyncfl ", *NOT_RUN)) for c in commands), [c for c in commands if not c.startswith(("asyncfl ", *NOT_RUN))]
+
+
+def _check_long(argv: list[str]) -> None:
+    """What a long command does before its first run: parse, validate everything it names."""
+    args = build_parser().parse_args(argv)
+    if args.command == "sweep":
+        axes = tuple(parse_grid(g) for g in args.grid)
+        Grid(Path(args.scenario), tuple(args.overrides), axes, parse_seeds(args.seeds) if args.seeds else (0,)).scenarios()
+    elif args.command == "privacy":
+        scenario = sc.load(args.scenario, args.overrides)
+        check_memory(scenario)
+        check_scenario(scenario)
+        sweep_points(resolve_budget(scenario), args.xi or (), args.gamma or ())
+    else:
+        load_spec(args.spec)
+
+
+@pytest.mark.slow
+def test_every_readme_command_runs_as_written(tmp_path, monkeypatch, capsys):
+    for folder in ("scenarios", "analysis"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("results", "__pycache__"))
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    for command in readme_commands():
+        if command.startswith(NOT_RUN):
+            continue
+        argv = shlex.split(command)[1:]
+        if command.startswith(LONG) or (command.startswith("asyncfl study") and "--check" not in argv):
+            _check_long(argv)
+            continue
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert code == 0, f"{command}\n{err}"
+        assert "Traceback" not in out + err
+        ran.append(command)
+    assert any(c.startswith("asyncfl resume runs/q") for c in ran) and any(c.startswith("asyncfl bias") for c in ran)
+    assert (tmp_path / "runs" / "k20" / "summary.json").is_file() and (tmp_path / "runs" / "q" / "bias.json").is_file()
