@@ -5,6 +5,7 @@
 * ``updates.csv`` — one row per upload that arrived (``UPDATE_FIELDS``);
 * ``counts.npz`` — ``by_staleness[t-1, τ]`` (T×L integers), and with privacy
   ``private_by_staleness`` (the raw noisy estimates ĉ_τ), and ``coefficients`` (MA weights);
+* ``privacy.csv`` — private runs: ε spent after every evaluation step (``PRIVACY_FIELDS``);
 * ``summary.json`` — status, final metrics, wall time, counters;
 * ``model.pt`` — the final model's ``state_dict``;
 * ``checkpoint.pt`` — the last checkpoint (``[run] checkpoint_every``, SIGINT, divergence;
@@ -33,6 +34,8 @@ from asyncfl.errors import RunDirError
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, UpdateRow
 
 FORMAT_VERSION = 1
+#: privacy.csv (docs/run-directory.md §6): one row per evaluation step of a private run
+PRIVACY_FIELDS = ("step", "participations_max", "compositions", "epsilon", "delta")
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -172,6 +175,17 @@ class RunWriter:
                 np.savez_compressed(fh, **arrays)
 
         atomic_write(self.path / "counts.npz", write)
+
+    def write_privacy(self, rows: list[dict[str, Any]]) -> None:
+        """``privacy.csv``, rewritten whole (atomically): it is derived from the run's state."""
+        def write(p: Path) -> None:
+            with open(p, "w", newline="", encoding="utf-8") as fh:
+                out = csv.writer(fh, lineterminator="\n")
+                out.writerow(PRIVACY_FIELDS)
+                for row in rows:
+                    out.writerow([_fmt(row[f]) for f in PRIVACY_FIELDS])
+
+        atomic_write(self.path / "privacy.csv", write)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.path / "summary.json", {"format_version": FORMAT_VERSION, **summary})

@@ -49,6 +49,8 @@ def _arrays(sim: Simulation) -> dict[str, np.ndarray]:
 def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write counts, model and summary for whatever state the run reached."""
     writer.write_counts(_arrays(sim))
+    if sim.privacy_setup is not None:
+        writer.write_privacy(sim.privacy_curve())
     writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
     summary = {**sim.summary(), "status": status, **(extra or {})}
     writer.write_summary(summary)
@@ -127,7 +129,7 @@ def run_to_dir_blocking(scenario: Scenario, out: str | Path, **kwargs: Any) -> d
 
 # ---------------------------------------------------------------------------------------------
 # resume
-OUTPUTS = ("updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", CHECKPOINT_NAME)
+OUTPUTS = ("updates.csv", "metrics.csv", "counts.npz", "privacy.csv", "summary.json", "model.pt", CHECKPOINT_NAME)
 
 
 @dataclass

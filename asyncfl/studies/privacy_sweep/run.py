@@ -44,8 +44,10 @@ def run_point(
     on_event: Callable[[Any], None] | None = None,
 ) -> SweepRow:
     """Run one point into ``run_dir`` and read back its row: final test accuracy and loss
-    (``summary.json``), ε spent (the accountant's, for σ), the rule's bias on the exact ``W``
-    and on the noisy ``Ŵ`` (``bias.json``; docs/server-rules.md), and the analytic noise levels.
+    (``summary.json``), ε spent (the accountant's, for σ), the sampling assumption and the
+    participations per client (``summary.json``'s ``privacy``; docs/privacy.md §10), the rule's
+    bias on the exact ``W`` and on the noisy ``Ŵ`` (``bias.json``; docs/server-rules.md), and the
+    analytic noise levels.
 
     A run that diverges (:class:`NumericalFault`) is kept with ``status = 'diverged'`` — a sweep
     point where privacy noise broke training is a result, not an error."""
@@ -64,13 +66,17 @@ def run_point(
     return SweepRow(
         xi=point.xi, xi_over_C=point.xi / budget.C, gamma=point.gamma, sigma=_finite(priv.get("sigma", budget.sigma)),
         epsilon_target=budget.epsilon_target, epsilon_spent=_finite(priv.get("epsilon_spent")), delta=budget.delta,
+        sampling=budget.sampling, claim=budget.claim, sampling_rate=budget.q, max_participations=budget.max_participations,
+        noise_cohort=budget.M,
         rule=rule, seed=scenario.seed, status=summary.get("status", status) if status == "completed" else status,
         steps=int(summary.get("steps", 0) or 0),
+        participations_max=_finite(priv.get("participations_max")), participations_mean=_finite(priv.get("participations_mean")),
+        clients_at_cap=_finite(priv.get("clients_at_cap")),
         final_accuracy=_finite(final.get("accuracy")), final_loss=_finite(final.get("loss")),
         bias_exact=_finite(bias.get(key)), bias_noisy=_finite((bias.get("noisy_w") or {}).get(key)),
         bias_momentum=_finite(bias.get("momentum")),
-        update_noise_std=update_noise_std(budget.sigma, budget.clip, point.xi, budget.C),
-        count_noise_std=count_noise_std(point.xi, budget.C),
+        update_noise_std=update_noise_std(budget.sigma, budget.clip, point.xi, budget.M),
+        count_noise_std=count_noise_std(point.xi, budget.M),
         run_dir=str(run_dir),
     )
 
