@@ -186,6 +186,16 @@ def test_resume_with_privacy(tmp_path):
     _resume_check({"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0}, tmp_path, stops=(0.3, 0.9))
 
 
+@pytest.mark.parametrize("protocol", ["fedbuff", "sync"])
+def test_resume_with_a_participation_cap(protocol, tmp_path):
+    """Participations per client and the undecided uploads are declared state: a capped run
+    resumed anywhere is the uninterrupted run, bit for bit (clients reach the cap in both)."""
+    capped = {"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0,
+              "privacy.sampling": "participation-cap", "privacy.max_participations": 2, "run.steps": 15}
+    _resume_check({**capped, **(SYNC if protocol == "sync" else {}), "privacy.max_participations": 2 if protocol == "fedbuff" else 3},
+                  tmp_path, stops=(0.3, 0.8))
+
+
 def test_periodic_checkpoint_after_a_crash_truncates_and_resumes_twice(tmp_path):
     """A crash after the last periodic checkpoint leaves rows the checkpoint never saw: resume
     cuts them and writes them again; a resumed run can itself be stopped and resumed."""

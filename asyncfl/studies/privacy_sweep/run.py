@@ -71,7 +71,7 @@ def run_point(
         rule=rule, seed=scenario.seed, status=summary.get("status", status) if status == "completed" else status,
         steps=int(summary.get("steps", 0) or 0),
         participations_max=_finite(priv.get("participations_max")), participations_mean=_finite(priv.get("participations_mean")),
-        clients_at_cap=_finite(priv.get("clients_at_cap")),
+        clients_at_cap=None if priv.get("clients_at_cap") is None else _finite(priv.get("clients_at_cap")),
         final_accuracy=_finite(final.get("accuracy")), final_loss=_finite(final.get("loss")),
         bias_exact=_finite(bias.get(key)), bias_noisy=_finite((bias.get("noisy_w") or {}).get(key)),
         bias_momentum=_finite(bias.get("momentum")),

@@ -94,7 +94,7 @@ class SweepRow:
     steps: int
     participations_max: float
     participations_mean: float
-    clients_at_cap: float
+    clients_at_cap: float | None  # None without a participation cap
     final_accuracy: float
     final_loss: float
     bias_exact: float
