@@ -108,6 +108,9 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert sorted(ca.files) == sorted(cb.files)
     for key in ca.files:
         np.testing.assert_array_equal(ca[key], cb[key])
+    assert (a / "privacy.csv").exists() == (b / "privacy.csv").exists()
+    if (a / "privacy.csv").exists():  # private runs: the ε curve
+        assert (a / "privacy.csv").read_bytes() == (b / "privacy.csv").read_bytes()
     sa, sb = (json.loads((p / "summary.json").read_text()) for p in (a, b))
     for s in (sa, sb):
         for key in ("wall_time", "updates_per_second", "checkpoint"):

@@ -5,8 +5,8 @@ Each kind is written down once, here. The scenario (:mod:`asyncfl.config.scenari
 allowed values from these tables — ``Literal[RULES.names]`` for a plain key, the registry itself
 for the tag of a tagged section — so an unknown name is answered with exactly the names that
 exist, and the code that builds a plug-in (``make_rule``, ``build_task``, ``make_executor``,
-``postprocess_counts``, ``epsilon_spent``, the privacy builder, the fleet's latency sampler) looks it up in the same
-table. Targets are ``"module:attribute"`` strings imported on first :meth:`Registry.load`, so
+``postprocess_counts``, ``epsilon_spent``, the privacy builder, the fleet's latency sampler) looks
+it up in the same table. Targets are ``"module:attribute"`` strings imported on first :meth:`Registry.load`, so
 this module imports neither torch nor any implementation: only the torch-free pydantic classes of
 the tagged sections' variants (:mod:`asyncfl.config.latency`, :mod:`asyncfl.config.tasks`).
 

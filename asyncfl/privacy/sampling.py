@@ -94,7 +94,7 @@ class Poisson(SamplingAssumption):
                    "(with over-selection only its first C arrivals contribute), not a Poisson sample")
         else:
             why = ("FedBuff does not sample: it dispatches from the idle population as others arrive, a client in "
-                   "flight cannot be picked and one that just uploaded can be dispatched again at once, so "
+                   "flight cannot be picked and one whose upload a step just took can be dispatched again at once, so "
                    "amplification by subsampling does not follow from the protocol")
         return (f"an approximation: every one of the {shape.steps} steps is accounted as a Poisson sample of the "
                 f"population at rate q = M/N = {q:.4g}, but {why} (docs/privacy.md §5)")
