@@ -103,7 +103,7 @@ def write_markdown(rows: Sequence[SweepRow], budget: Budget, path: Path, scenari
     lines = [
         f"# Privacy–utility sweep: {name}",
         "",
-        f"{budget.describe()}; S_Δ = {budget.clip:g}, C = {budget.C}, M = {budget.M}, T = {budget.steps}. "
+        f"{budget.describe()}; S_Δ = {budget.clip:g}, C = {budget.C}, noise cohort M = {budget.M}, T = {budget.steps}. "
         f"The reported ε is {'an approximation' if budget.claim == 'approximation' else 'a guarantee'} "
         f"(privacy.sampling = {budget.sampling!r}, docs/privacy.md §5–6). "
         "Update noise std per coordinate `σ S_Δ ξ / (M √(ξ² − σ²))`, count noise std `ξ / M` (docs/privacy.md §2, §7). "
