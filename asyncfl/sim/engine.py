@@ -22,6 +22,12 @@ client can be dispatched the protocol waits on the virtual clock until one comes
 (``Fleet.next_online``) and then restores ``K`` (FedBuff) or starts the round (sync). A client
 that goes offline before its upload arrives drops it ("offline", counted in
 ``updates_dropped_offline``), and FedBuff dispatches a replacement at once.
+
+Private runs (docs/privacy.md §6): only clients without an undecided upload and below the
+participation cap are dispatched (:class:`~asyncfl.clients.participation.Participation`, reserved
+in :meth:`Simulation.dispatch`, settled in :meth:`Simulation.record`), so no step holds two uploads
+of one client and no client contributes to more than ``privacy.max_participations`` steps; a
+capped run that runs out of such clients stops with :class:`ParticipationCapReached`.
 """
 
 from __future__ import annotations
