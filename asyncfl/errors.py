@@ -41,6 +41,14 @@ class SimulationStalled(AsyncFLError, RuntimeError):
     a property of the scenario, reported with exit code 2."""
 
 
+class ParticipationCapReached(SimulationStalled):
+    """A run under ``privacy.sampling = "participation-cap"`` cannot go on without a client
+    contributing to more than ``privacy.max_participations`` server steps: every client has either
+    reached its cap or has an upload waiting for the open step, or a replayed trace dispatches a
+    client past its cap (docs/privacy.md §6). Reported with exit code 2; the run directory keeps
+    everything written up to that step (summary status ``stalled``)."""
+
+
 class RunInterrupted(Exception):
     """The run was asked to stop (SIGINT) and stopped between two events, where its state is
     complete data that a checkpoint can hold. Not an :class:`AsyncFLError`: the CLI exits 130."""

@@ -6,6 +6,11 @@ The one allowed difference: FedPD's skip coin moved from the ``noise`` stream to
 ``algorithm`` stream, so ``sync_fedpd`` (skip_probability = 0.3) was re-recorded after that
 change; its ``*_before`` digests are the pre-change numbers, kept to show the change is confined
 to FedPD.
+
+And one for issue 15: private FedBuff runs no longer dispatch a client whose upload waits in the
+open buffer (one upload per client per step, docs/privacy.md §6), so ``private_ma_light`` was
+re-recorded; its ``*_before`` digests are the numbers before that change (σ and the accounting
+are unchanged: tests/test_privacy_sampling.py checks σ against numbers recorded before it).
 """
 
 from __future__ import annotations

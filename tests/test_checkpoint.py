@@ -28,6 +28,8 @@ from asyncfl.sim.state import SimState
 
 from conftest import make_scenario
 
+CAPPED = {"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0,
+          "privacy.sampling": "participation-cap", "privacy.max_participations": 4}
 SYNC = {"server.protocol": "sync", "server.concurrency": None, "server.cohort": 6, "server.buffer": 4, "server.max_staleness": None}
 COMBINATIONS = {
     "fedbuff-momentum": {"server.rule": "momentum"},
@@ -43,6 +45,8 @@ COMBINATIONS = {
     "sync-fedpd": {**SYNC, "server.algorithm": "fedpd", "server.rule": "sgd", "client.mu": 0.5, "server.skip_probability": 0.3},
     "diurnal": {"population.availability": "diurnal", "population.period": 3.0, "population.online_fraction": 0.4},
     "private-ma-light": {"server.rule": "ma-light", "privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0},
+    "private-capped": {"server.rule": "ma-light", **CAPPED},
+    "private-capped-sync": {**SYNC, **CAPPED, "privacy.max_participations": 5},
     "threads": {"run.executor": "threads", "run.workers": 2},
 }
 
@@ -172,3 +176,25 @@ def test_checkpoint_of_another_scenario_with_another_model_size_is_refused(tmp_p
     ck = checkpoint.read(tmp_path / "a" / "checkpoint.pt")
     problems = checkpoint.validate(ck, Simulation(large).state(), large)
     assert problems and "state.theta: torch.float64 of shape (5,), but this scenario's is torch.float64 of shape (9,)" in problems[0]
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda p: p._replace(spent=p.spent + 5), "above privacy.max_participations = 4"),
+    (lambda p: p._replace(spent=p.spent[:-1]), "state.participation.spent: int64 of shape (29,), but this scenario's is int64 of shape (30,)"),
+    (lambda p: p._replace(pending=~p.pending), "state.participation.pending"),
+    (lambda p: p._replace(first_step=p.first_step[:-1]), "state.participation.first_step"),
+])
+def test_validation_checks_the_participation_ledger(edit, message):
+    """A capped run's participations are declared state, checked against the scenario: one
+    entry per client, none over the cap, adding up to the accepted uploads, and pending exactly
+    for the clients of the undecided dispatches (docs/privacy.md §6)."""
+    scenario = make_scenario({"run.steps": 30, **CAPPED})
+    state = stopped(scenario, after_events=60).state()
+    assert state.participation is not None and state.participation.spent.max() >= 1 and state.participation.pending.any()
+    rows = {"updates.csv": state.counters.rows, "metrics.csv": 1 + (state.version - 1) // scenario.run.eval_every}
+    fresh = Simulation(scenario).state()
+    good = checkpoint.Checkpoint(None, scenario.to_toml(), state, rows, {})  # type: ignore[arg-type]
+    assert checkpoint.validate(good, fresh, scenario) == []
+    bad = checkpoint.Checkpoint(None, scenario.to_toml(), state._replace(participation=edit(state.participation)), rows, {})  # type: ignore[arg-type]
+    problems = checkpoint.validate(bad, fresh, scenario)
+    assert any(message in p for p in problems), problems

@@ -174,7 +174,8 @@ def test_tiny_noise_matches_exact_aggregator():
         torch.testing.assert_close(mine.r, ref.r, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(mine.weights, ref.weights, atol=1e-7)
     info = summary(setup)
-    assert set(info) == {"sigma", "gamma", "xi", "epsilon_spent", "delta", "accountant"}
+    assert {"sigma", "gamma", "xi", "epsilon_spent", "delta", "accountant", "sampling", "claim", "statement",
+            "sampling_rate", "max_participations", "noise_cohort"} <= set(info)
     assert info["sigma"] == 1e-9 and info["epsilon_spent"] == math.inf  # negligible noise: no guarantee
 
 
@@ -220,6 +221,43 @@ def test_noise_has_std_sigma_S_on_every_coordinate_and_counts_std_xi():
     # and the analytic per-coordinate std of r and of the W entries
     assert update_noise_std(sigma, S_d, xi, C) == pytest.approx(sigma * S / C, rel=1e-12)
     assert count_noise_std(xi, C) == pytest.approx(xi / C)
+
+
+@pytest.mark.parametrize("M", [3, 12, 50])
+def test_noise_cohort_scales_the_noise_of_the_sums_by_C_over_M(M):
+    """A noise cohort M ≥ C (docs/privacy.md §7): the noise on the sum of C payloads is
+    N(0, (σ S C/M)²), so each coordinate of r_t = Y[:d]/C carries std σS/M — the deployment's —
+    and each raw count ĉ_τ = Y[d+τ]/γ carries std ξC/M (ĉ_τ/C: ξ/M). Measured from the noisy sums
+    with zero updates, as the χ² test above: n·(second moment)/std² ~ χ²_n per coordinate,
+    Bonferroni over the d + L coordinates of both families, total false-alarm rate 2·ALPHA. M = C
+    is the plain mechanism (bit for bit the noise of a run without a noise cohort)."""
+    C, L, d, n = 3, 3, 12, 3000
+    sigma, S_d, xi = 0.9, 2.0, 1.5
+    gamma = gamma_from_xi(sigma, S_d, xi)
+    S = sensitivity(S_d, gamma)
+    agg = PrivateAggregator(buffer=C, exponent=0.5, num_staleness=L, sigma=sigma, clip=S_d, gamma=gamma, counts="raw",
+                            noise_cohort=M)
+    plain = PrivateAggregator(buffer=C, exponent=0.5, num_staleness=L, sigma=sigma, clip=S_d, gamma=gamma, counts="raw")
+    assert agg.noise_std == (plain.noise_std if M == C else pytest.approx(sigma * S * C / M, rel=1e-15))
+    rng = np.random.default_rng(17 + M)
+    taus = [0, 2, 2]
+    ups = [ClientUpdate(k, 0, t, torch.zeros(d, dtype=torch.float64)) for k, t in enumerate(taus)]
+    true_counts = np.bincount(taus, minlength=L)
+    r_noise = np.empty((n, d))
+    c_noise = np.empty((n, L))
+    for i in range(n):
+        out = agg.aggregate(i, ups, rng)
+        r_noise[i] = out.r.numpy()  # the decoded r_t itself: its noise is the deployment's σS/M
+        c_noise[i] = out.raw_counts - true_counts
+    lo, hi = _chi2_bounds(n, d + L)
+    stat_r = (r_noise**2).sum(axis=0) / (sigma * S / M) ** 2
+    stat_c = (c_noise**2).sum(axis=0) / (xi * C / M) ** 2
+    assert np.all((lo < stat_r) & (stat_r < hi)), (lo, hi, stat_r)
+    assert np.all((lo < stat_c) & (stat_c < hi)), (lo, hi, stat_c)
+    # and the decoded row of Ŵ: ĉ_τ/C has std ξ/M (the analytic count_noise_std with M for C)
+    assert np.all(np.abs(np.std(c_noise / C, axis=0) / (xi / M) - 1) < 0.1)
+    assert update_noise_std(sigma, S_d, xi, M) == pytest.approx(sigma * S / M, rel=1e-12)
+    assert count_noise_std(xi, M) == pytest.approx(xi / M)
 
 
 # --------------------------------------------------------------------------- accounting

@@ -29,7 +29,9 @@ SCENARIO = {
 }
 
 REQUIRED = {"xi", "gamma", "sigma", "epsilon_spent", "delta", "rule", "final_accuracy", "final_loss",
-            "bias_exact", "bias_noisy", "update_noise_std", "count_noise_std"}
+            "bias_exact", "bias_noisy", "update_noise_std", "count_noise_std",
+            "sampling", "claim", "sampling_rate", "max_participations", "noise_cohort",
+            "participations_max", "participations_mean", "clients_at_cap"}
 
 
 @pytest.fixture
@@ -80,10 +82,15 @@ def test_tiny_sweep_writes_csv_md_png_with_the_formulas(scenario_file, tmp_path,
         assert float(r["bias_exact"]) >= 0 and float(r["bias_noisy"]) >= 0
         summary = json.loads((out / r["run_dir"] / "summary.json").read_text())
         assert summary["privacy"]["sigma"] == pytest.approx(s, rel=1e-5)
+    for r in rows:  # the assumption the ε rests on (docs/privacy.md §5), in every row
+        assert (r["sampling"], r["claim"], r["max_participations"], r["clients_at_cap"]) == ("poisson", "approximation", "", "")
+        assert float(r["sampling_rate"]) == pytest.approx(C / N) and int(r["noise_cohort"]) == C
+        assert 1 <= int(r["participations_max"]) and float(r["participations_mean"]) == pytest.approx(T * C / N, rel=1e-5)
     gamma_row = [r for r in rows if float(r["gamma"]) == pytest.approx(0.5)]
     assert len(gamma_row) == 1
     md = (out / "sweep.md").read_text()
     assert "| ξ |" in md and "ma-light" in md and md.count("\n| ") >= 4
+    assert "The reported ε is an approximation" in md and "FedBuff does not sample" in md
 
 
 def test_xi_not_above_sigma_exits_2_naming_xi_and_sigma(scenario_file, tmp_path, sigma, capsys):
@@ -107,3 +114,29 @@ def test_no_privacy_section_and_no_points_are_clear_errors(tmp_path, capsys):
     assert "--xi" in capsys.readouterr().err
     assert main(["privacy", str(path), "--gamma", "-1", "--quiet", "--out", str(tmp_path / "o")]) == 2
     assert "--gamma -1" in capsys.readouterr().err
+
+
+def test_a_capped_sweep_calibrates_for_k_releases_and_says_its_epsilon_is_a_guarantee(tmp_path):
+    """Under privacy.sampling = 'participation-cap' the one σ of the sweep is calibrated for k
+    Gaussian releases without amplification (docs/privacy.md §6), every run enforces the cap,
+    and the rows and sweep.md say what the ε is; a noise cohort sets the analytic noise levels."""
+    from asyncfl.privacy import Releases, sigma_for
+
+    raw = json.loads(json.dumps(SCENARIO))
+    raw["privacy"].update(sampling="participation-cap", max_participations=2, noise_cohort=40)
+    path = tmp_path / "capped.toml"
+    path.write_text(tomli_w.dumps(raw))
+    out = tmp_path / "sweep"
+    assert main(["privacy", str(path), "--xi", "30", "--rules", "momentum", "--out", str(out), "--quiet"]) == 0
+    with open(out / "sweep.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    sigma = sigma_for(Releases(2), EPS, DELTA, "rdp")
+    assert float(row["sigma"]) == pytest.approx(sigma, rel=1e-5) and float(row["epsilon_spent"]) <= EPS
+    assert (row["sampling"], row["claim"], row["max_participations"], row["sampling_rate"]) == ("participation-cap", "guarantee", "2", "")
+    assert int(row["noise_cohort"]) == 40 and int(row["participations_max"]) <= 2
+    assert float(row["participations_mean"]) == pytest.approx(T * C / N, rel=1e-5) and int(row["clients_at_cap"]) >= 0
+    xi, s = 30.0, float(row["sigma"])
+    assert float(row["update_noise_std"]) == pytest.approx(s * CLIP * xi / (40 * math.sqrt(xi**2 - s**2)), rel=1e-5)
+    assert float(row["count_noise_std"]) == pytest.approx(xi / 40, rel=1e-5)
+    md = (out / "sweep.md").read_text()
+    assert "The reported ε is a guarantee" in md and "noise cohort M = 40" in md

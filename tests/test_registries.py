@@ -30,7 +30,7 @@ from asyncfl.clients import latency as latency_models
 from asyncfl.config import registries
 from asyncfl.config import scenario as sc
 from asyncfl.config.registries import (
-    ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, REGISTRIES, RULES, TASKS,
+    ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, REGISTRIES, RULES, SAMPLINGS, TASKS,
 )
 from asyncfl.errors import ScenarioError
 from asyncfl.registry import Registry
@@ -94,7 +94,7 @@ def test_every_kind_has_one_registry_and_every_target_is_a_module_attribute() ->
     fields = [reg.field for reg in REGISTRIES]
     assert fields == [
         "server.rule", "server.algorithm", "server.protocol", "latency.dist", "task.name",
-        "run.executor", "privacy.accountant", "privacy.counts",
+        "run.executor", "privacy.sampling", "privacy.accountant", "privacy.counts",
     ]
     for reg in REGISTRIES:
         for entry in reg.entries():
@@ -251,22 +251,43 @@ def test_make_executor_refuses_an_unregistered_name() -> None:
 
 @pytest.mark.parametrize("name", ACCOUNTANTS.names)
 def test_every_accountant_bounds_epsilon_like_dp_accounting(name: str) -> None:
+    """An accountant is ``epsilon(releases, σ, δ)``: for Poisson releases and for un-subsampled
+    ones (docs/privacy.md §4), against dp-accounting's RDP accountant built here."""
     import dp_accounting
     from dp_accounting import rdp
 
-    from asyncfl.privacy.accounting import epsilon_spent
+    from asyncfl.privacy.accountants import Releases
+    from asyncfl.privacy.accounting import epsilon_of, epsilon_spent
 
     epsilon = ACCOUNTANTS.load(name)
     sigma, delta, q, steps = 1.2, 1e-5, 0.05, 20
-    eps = epsilon(sigma, delta, q, steps)
+    eps = epsilon(Releases(steps, q), sigma, delta)
     assert eps == epsilon_spent(sigma, delta, q, steps, name)
-    event = dp_accounting.SelfComposedDpEvent(
+    poisson = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
-    eps_rdp = rdp.RdpAccountant().compose(event).get_epsilon(delta)
-    if name == "rdp":
-        assert eps == pytest.approx(eps_rdp, rel=1e-12)
-    else:  # PLD: an upper bound, tighter than RDP
-        assert 0 < eps < eps_rdp
+    plain = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), 3)
+    for mine, event in ((eps, poisson), (epsilon(Releases(3), sigma, delta), plain)):
+        eps_rdp = rdp.RdpAccountant().compose(event).get_epsilon(delta)
+        if name == "rdp":
+            assert mine == pytest.approx(eps_rdp, rel=1e-12)
+        else:  # PLD: an upper bound, tighter than RDP
+            assert 0 < mine < eps_rdp
+    assert epsilon(Releases(3), sigma, delta) == epsilon_of(Releases(3), sigma, delta, name)
+
+
+@pytest.mark.parametrize("name", SAMPLINGS.names)
+def test_every_sampling_assumption_names_its_claim_releases_and_cap(name: str) -> None:
+    from asyncfl.privacy.accountants import Releases
+    from asyncfl.privacy.sampling import RunShape, SamplingAssumption
+
+    assumption = SAMPLINGS.load(name)
+    assert isinstance(assumption, SamplingAssumption) and assumption.name == name
+    assert assumption.claim in ("approximation", "guarantee")
+    shape = RunShape("fedbuff", clients=100, buffer=10, noise_cohort=20, steps=50, max_participations=4)
+    releases = assumption.releases(shape)
+    assert isinstance(releases, Releases) and releases.count >= 1
+    assert assumption.so_far(shape, 0, 0) is None  # nothing released before the first step
+    assert "docs/privacy.md" in assumption.statement(shape)
 
 
 def test_epsilon_spent_refuses_an_unregistered_accountant() -> None:
@@ -356,6 +377,8 @@ def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
         raw["client"]["mu"] = 0.1
     if field.startswith("privacy."):
         raw["privacy"].update(enabled=True, noise_multiplier=0.5, xi=1.0)
+    if field == "privacy.sampling" and name == "participation-cap":
+        raw["privacy"]["max_participations"] = 2
     return raw
 
 
@@ -383,7 +406,7 @@ def test_the_scenario_refuses_any_other_name_listing_the_registered_ones(field: 
 
 
 def test_the_allowed_values_of_plain_keys_are_the_registries_names() -> None:
-    for registry in (RULES, ALGORITHMS, PROTOCOLS, EXECUTORS, ACCOUNTANTS, COUNT_MODES):
+    for registry in (RULES, ALGORITHMS, PROTOCOLS, EXECUTORS, SAMPLINGS, ACCOUNTANTS, COUNT_MODES):
         section, key = registry.field.split(".")
         model = sc.SECTIONS[section]
         assert typing.get_args(model.model_fields[key].annotation) == registry.names, registry.field
@@ -403,6 +426,7 @@ def _listed(message: str) -> set[str]:
 CLI_FIELDS = [
     (RULES.field, RULES), (LATENCIES.field, LATENCIES), (TASKS.field, TASKS),
     (EXECUTORS.field, EXECUTORS), (COUNT_MODES.field, COUNT_MODES), (ACCOUNTANTS.field, ACCOUNTANTS),
+    (SAMPLINGS.field, SAMPLINGS),
     (ALGORITHMS.field, ALGORITHMS), (PROTOCOLS.field, PROTOCOLS),
 ]
 
@@ -461,5 +485,5 @@ def test_simplex_counts_are_accepted_and_a_private_run_uses_them(monkeypatch: py
 
 def test_registries_module_lists_every_registry() -> None:
     found = {name for name, value in vars(registries).items() if isinstance(value, Registry)}
-    assert found == {"RULES", "ALGORITHMS", "PROTOCOLS", "LATENCIES", "TASKS", "EXECUTORS", "ACCOUNTANTS", "COUNT_MODES"}
+    assert found == {"RULES", "ALGORITHMS", "PROTOCOLS", "LATENCIES", "TASKS", "EXECUTORS", "SAMPLINGS", "ACCOUNTANTS", "COUNT_MODES"}
     assert len(REGISTRIES) == len(found)

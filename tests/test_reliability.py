@@ -108,6 +108,9 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert sorted(ca.files) == sorted(cb.files)
     for key in ca.files:
         np.testing.assert_array_equal(ca[key], cb[key])
+    assert (a / "privacy.csv").exists() == (b / "privacy.csv").exists()
+    if (a / "privacy.csv").exists():  # private runs: the ε curve
+        assert (a / "privacy.csv").read_bytes() == (b / "privacy.csv").read_bytes()
     sa, sb = (json.loads((p / "summary.json").read_text()) for p in (a, b))
     for s in (sa, sb):
         for key in ("wall_time", "updates_per_second", "checkpoint"):
@@ -184,6 +187,16 @@ def test_resume_of_a_replayed_trace(tmp_path):
 
 def test_resume_with_privacy(tmp_path):
     _resume_check({"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0}, tmp_path, stops=(0.3, 0.9))
+
+
+@pytest.mark.parametrize("protocol", ["fedbuff", "sync"])
+def test_resume_with_a_participation_cap(protocol, tmp_path):
+    """Participations per client and the undecided uploads are declared state: a capped run
+    resumed anywhere is the uninterrupted run, bit for bit (clients reach the cap in both)."""
+    capped = {"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0,
+              "privacy.sampling": "participation-cap", "privacy.max_participations": 2, "run.steps": 15}
+    _resume_check({**capped, **(SYNC if protocol == "sync" else {}), "privacy.max_participations": 2 if protocol == "fedbuff" else 3},
+                  tmp_path, stops=(0.3, 0.8))
 
 
 def test_periodic_checkpoint_after_a_crash_truncates_and_resumes_twice(tmp_path):

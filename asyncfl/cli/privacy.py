@@ -24,7 +24,8 @@ from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.privacy_sweep.run import record_command, run_sweep
 from asyncfl.studies.privacy_sweep.tables import findings
 
-COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "rule", "seed", "accuracy", "bias (W)", "bias (Ŵ)", "update noise", "count noise")
+COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "claim", "rule", "seed", "part. max", "accuracy", "bias (W)", "bias (Ŵ)",
+           "update noise", "count noise")
 
 
 def cmd_privacy(args: argparse.Namespace) -> int:
@@ -54,8 +55,8 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         for col in COLUMNS:
             table.add_column(col, justify="left" if col == "rule" else "right")
         for r in rows:
-            table.add_row(f"{r.xi:.4g}", f"{r.xi_over_C:.3g}", f"{r.gamma:.4g}", f"{r.epsilon_spent:.4g}", r.rule, str(r.seed),
-                          f"{r.final_accuracy:.4f}", f"{r.bias_exact:.4f}", f"{r.bias_noisy:.4f}",
+            table.add_row(f"{r.xi:.4g}", f"{r.xi_over_C:.3g}", f"{r.gamma:.4g}", f"{r.epsilon_spent:.4g}", r.claim, r.rule,
+                          str(r.seed), f"{r.participations_max:.0f}", f"{r.final_accuracy:.4f}", f"{r.bias_exact:.4f}", f"{r.bias_noisy:.4f}",
                           f"{r.update_noise_std:.3g}", f"{r.count_noise_std:.3g}")
         console.print(table)
         for line in findings(rows, budget):

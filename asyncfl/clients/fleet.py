@@ -24,6 +24,7 @@ import numpy as np
 
 from asyncfl.clients.availability import Schedule
 from asyncfl.clients.latency import LatencySampler
+from asyncfl.clients.participation import Participation
 
 if TYPE_CHECKING:
     from asyncfl.config import scenario as sc
@@ -54,7 +55,13 @@ class Fleet:
     draw(rng)`` with ``draw`` the scenario's latency model bound to its config
     (``asyncfl.clients.build.latency_sampler``), or the client's fixed ``job_latency[k]``
     (FedScale); give one of them. ``availability`` None = always online.
+
+    ``participation`` (private runs; set by the simulation) further restricts selection to the
+    clients it calls eligible: none with an undecided upload, none at its participation cap
+    (:mod:`asyncfl.clients.participation`, docs/privacy.md §6). Its state is the simulation's.
     """
+
+    participation: Participation | None = None
 
     def __init__(
         self,
@@ -108,7 +115,7 @@ class Fleet:
         """Earliest time after ``now`` at which an idle client comes online (``inf``: never)."""
         if self.availability is None:
             return math.inf
-        idle = np.flatnonzero(~self.busy)
+        idle = np.flatnonzero(self._idle())
         return min((self.availability.next_online(int(k), now) for k in idle), default=math.inf)
 
     def explain_stall(self, now: float, steps_done: int, total_steps: int) -> str | None:
@@ -118,26 +125,35 @@ class Fleet:
         return None
 
     # -- selection ------------------------------------------------------------------------------
+    def _idle(self) -> np.ndarray:
+        """Clients that may be dispatched if online: not training, and eligible under the
+        participation rules of a private run."""
+        idle = ~self.busy
+        if self.participation is not None:
+            idle &= self.participation.eligible_mask()
+        return idle
+
     def choose(self, now: float, rng: np.random.Generator) -> int | None:
-        """One idle, available client chosen uniformly, or None if there is none."""
+        """One idle, eligible, available client chosen uniformly, or None if there is none."""
+        ledger = self.participation
         for _ in range(32):  # rejection sampling: O(1) when few clients are busy
             k = int(rng.integers(self.size))
-            if not self.busy[k] and self.available(k, now):
+            if not self.busy[k] and (ledger is None or ledger.eligible(k)) and self.available(k, now):
                 return k
         candidates = self.candidates(now)
         return int(rng.choice(candidates)) if candidates.size else None
 
     def choose_many(self, count: int, now: float, rng: np.random.Generator) -> np.ndarray:
-        """``count`` distinct idle, available clients (fewer if not enough), uniformly."""
+        """``count`` distinct idle, eligible, available clients (fewer if not enough), uniformly."""
         candidates = self.candidates(now)
         if candidates.size <= count:
             return candidates
         return np.sort(rng.choice(candidates, size=count, replace=False))
 
     def candidates(self, now: float) -> np.ndarray:
-        """Idle, available clients. A subclass that overrides :meth:`available` is asked per
-        client; the built-in availability models answer for all clients at once."""
-        idle = ~self.busy
+        """Idle, eligible, available clients. A subclass that overrides :meth:`available` is asked
+        per client; the built-in availability models answer for all clients at once."""
+        idle = self._idle()
         if self.availability is not None:
             idle &= self.availability.online_mask(now)
         found = np.flatnonzero(idle)

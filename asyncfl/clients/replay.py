@@ -46,7 +46,7 @@ import numpy as np
 
 from asyncfl.config import scenario as sc
 from asyncfl.config.files import open_limited
-from asyncfl.errors import TraceError
+from asyncfl.errors import ParticipationCapReached, TraceError
 from asyncfl.clients.fleet import Fleet
 
 REQUIRED_COLUMNS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
@@ -239,6 +239,7 @@ class ReplayFleet(Fleet):
                 break  # the recording waited for this dispatch: so does the replay
             else:
                 k = entry.client
+                self._check_eligible(entry)
             group = key
             self._queued.append(entry)
             clients.append(k)
@@ -246,8 +247,27 @@ class ReplayFleet(Fleet):
             self.next_seq += 1
         return np.array(clients, dtype=np.int64)
 
+    def _check_eligible(self, entry: Dispatch) -> None:
+        """A private run cannot follow a recorded dispatch of a client that still has an upload
+        waiting for the open step, or that has reached its participation cap (docs/privacy.md §6)."""
+        ledger = self.participation
+        if ledger is None or ledger.eligible(entry.client):
+            return
+        where = f"trace {self.trace.path}, dispatch {entry.seq}"
+        if ledger.pending[entry.client]:
+            raise TraceError(
+                f"{where}: sends client {entry.client} again while its previous upload waits for the open step; a private "
+                "run takes at most one upload per client per step (docs/privacy.md §6), so it can replay only a trace "
+                "recorded by a private run with the same protocol, concurrency and buffer"
+            )
+        raise ParticipationCapReached(
+            f"{where}: sends client {entry.client}, which has contributed to privacy.max_participations = {ledger.cap} "
+            "server steps already; a capped run can replay only a trace that respects its cap (one recorded by a run "
+            "with the same cap, protocol, concurrency and buffer)"
+        )
+
     def _placeholder(self, taken: set[int]) -> int | None:
-        idle = [k for k in np.flatnonzero(~self.busy).tolist() if k not in taken]
+        idle = [k for k in np.flatnonzero(self._idle()).tolist() if k not in taken]
         if not idle:
             return None
         later = self.trace.later_clients(self.next_seq) if self.next_seq <= self.trace.last_seq else set()

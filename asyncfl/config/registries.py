@@ -5,8 +5,8 @@ Each kind is written down once, here. The scenario (:mod:`asyncfl.config.scenari
 allowed values from these tables — ``Literal[RULES.names]`` for a plain key, the registry itself
 for the tag of a tagged section — so an unknown name is answered with exactly the names that
 exist, and the code that builds a plug-in (``make_rule``, ``build_task``, ``make_executor``,
-``postprocess_counts``, ``epsilon_spent``, the fleet's latency sampler) looks it up in the same
-table. Targets are ``"module:attribute"`` strings imported on first :meth:`Registry.load`, so
+``postprocess_counts``, ``epsilon_spent``, the privacy builder, the fleet's latency sampler) looks
+it up in the same table. Targets are ``"module:attribute"`` strings imported on first :meth:`Registry.load`, so
 this module imports neither torch nor any implementation: only the torch-free pydantic classes of
 the tagged sections' variants (:mod:`asyncfl.config.latency`, :mod:`asyncfl.config.tasks`).
 
@@ -24,8 +24,11 @@ What each registry holds (scenario key → what a target is):
   ``[task]`` variant (docs/tasks.md).
 * :data:`EXECUTORS` (``run.executor``): ``build(task, client_cfg, run_cfg, scenario) -> Executor``
   (docs/architecture.md).
-* :data:`ACCOUNTANTS` (``privacy.accountant``): ``epsilon(σ, δ, q, steps) -> float``
-  (docs/privacy.md).
+* :data:`ACCOUNTANTS` (``privacy.accountant``): ``epsilon(releases, σ, δ) -> float`` for the
+  :class:`~asyncfl.privacy.accountants.Releases` a run makes about one client (docs/privacy.md §4).
+* :data:`SAMPLINGS` (``privacy.sampling``): a sampling assumption — what the reported ε rests on
+  — with ``releases(shape)`` (what is accounted), ``cap(shape)`` (the participation cap the
+  engine enforces, or None) and the statement a run prints (docs/privacy.md §5–6).
 * :data:`COUNT_MODES` (``privacy.counts``): ``postprocess(ĉ, C) -> ndarray`` on one row of noisy
   staleness counts (docs/privacy.md).
 """
@@ -91,6 +94,13 @@ EXECUTORS: Registry = Registry("executor", "run.executor", {
 })
 
 # -- privacy (docs/privacy.md) -----------------------------------------------------------------
+SAMPLINGS: Registry = Registry("sampling assumption", "privacy.sampling", {
+    "poisson": ("asyncfl.privacy.sampling:POISSON",
+                "Poisson subsampling at q = M/N per step, T steps (an approximation: FedBuff does not Poisson-sample)"),
+    "participation-cap": ("asyncfl.privacy.sampling:PARTICIPATION_CAP",
+                          "at most max_participations steps per client, composed without amplification (a guarantee)"),
+})
+
 ACCOUNTANTS: Registry = Registry("privacy accountant", "privacy.accountant", {
     "pld": ("asyncfl.privacy.accountants:pld_epsilon", "privacy loss distributions (tight)"),
     "rdp": ("asyncfl.privacy.accountants:rdp_epsilon", "Rényi DP (looser, cheap)"),
@@ -104,7 +114,7 @@ COUNT_MODES: Registry = Registry("count post-processing", "privacy.counts", {
 })
 
 REGISTRIES: tuple[Registry, ...] = (
-    RULES, ALGORITHMS, PROTOCOLS, LATENCIES, TASKS, EXECUTORS, ACCOUNTANTS, COUNT_MODES,
+    RULES, ALGORITHMS, PROTOCOLS, LATENCIES, TASKS, EXECUTORS, SAMPLINGS, ACCOUNTANTS, COUNT_MODES,
 )
 """Every registry, for tools that list what exists (and the architecture test)."""
 

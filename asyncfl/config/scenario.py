@@ -35,7 +35,7 @@ from asyncfl.config.latency import (
     LogNormalLatency, ParetoLatency, TraceLatency, UniformLatency,
 )
 from asyncfl.config.registries import (
-    ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, RULES, TASKS,
+    ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, RULES, SAMPLINGS, TASKS,
 )
 from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
 from asyncfl.errors import ScenarioError
@@ -162,8 +162,16 @@ class RunConfig(Section):
 class PrivacyConfig(Section):
     """Private aggregation (docs/privacy.md). Give ``epsilon`` (σ is calibrated) or
     ``noise_multiplier`` (σ directly, ε is reported); give ``xi`` (> σ) or ``gamma``.
-    ``accountant`` and ``counts`` are names in the ACCOUNTANTS and COUNT_MODES registries
-    (docs/privacy.md)."""
+    ``sampling``, ``accountant`` and ``counts`` are names in the SAMPLINGS, ACCOUNTANTS and
+    COUNT_MODES registries (docs/privacy.md).
+
+    ``sampling`` is what the reported ε rests on: ``"poisson"`` (default; every step accounted as
+    Poisson subsampling at ``q = M/N``: an approximation, FedBuff does not Poisson-sample, §5) or
+    ``"participation-cap"`` (the engine lets no client contribute to more than
+    ``max_participations`` = k server steps, and ε is that of k Gaussian releases without
+    amplification: a guarantee for any dispatch order, §6). ``noise_cohort`` = M ≥ C (default C)
+    simulates the noise of a deployment whose buffer sums M uploads: the noise is scaled by C/M
+    and the accounting is the deployment's (§7)."""
 
     enabled: bool = False
     clip: PosFloat = 1.0
@@ -172,6 +180,9 @@ class PrivacyConfig(Section):
     noise_multiplier: PosFloat | None = None
     xi: PosFloat | None = None
     gamma: PosFloat | None = None
+    sampling: Literal[SAMPLINGS.names] = "poisson"
+    max_participations: PosInt | None = None  # k; required with sampling = "participation-cap"
+    noise_cohort: PosInt | None = None  # M ≥ server.buffer; None: M = C
     accountant: Literal[ACCOUNTANTS.names] = "pld"
     counts: Literal[COUNT_MODES.names] = "project"
 
@@ -443,6 +454,7 @@ def _cross_check(sc: Scenario) -> Scenario:
             errors.append(f"privacy.xi = {p.xi}: must exceed the noise multiplier σ = {p.noise_multiplier}")
         if server.max_staleness is None and server.protocol == "fedbuff":
             errors.append("server.max_staleness: must be set when privacy is enabled (the one-hot staleness payload has length max_staleness + 1)")
+        errors.extend(_check_participation(sc, c))
 
     if errors:
         raise ScenarioError(errors)
@@ -455,6 +467,55 @@ def _cross_check(sc: Scenario) -> Scenario:
         name=sc.name, seed=sc.seed, population=population, latency=latency, task=sc.task,
         client=client, server=server.model_copy(update=server_updates), run=sc.run, privacy=sc.privacy,
     )
+
+
+#: algorithms whose server step reads a table of every client's latest upload, outside the
+#: aggregator: the private aggregator never sees their uploads (docs/privacy.md §6)
+TABLE_ALGORITHMS = ("fedsplit", "feddr", "fedpd")
+
+
+def _check_participation(sc: Scenario, buffer: int) -> list[str]:
+    """The ``[privacy]`` keys that relate to the population, the buffer and the run's length
+    (docs/privacy.md §5–7): the sampling assumption must apply to the algorithm, a cap must be able
+    to supply the run, a noise cohort must be at least the buffer (and, under Poisson, its rate
+    ``M/N`` at most 1)."""
+    errors: list[str] = []
+    p, n, steps = sc.privacy, sc.population.clients, sc.run.steps
+    if sc.server.algorithm in TABLE_ALGORITHMS:
+        errors.append(
+            f"privacy.enabled = true: server.algorithm = {sc.server.algorithm!r} takes its server step from a table of every "
+            "client's latest upload, outside the private aggregator, so neither sampling assumption applies (each upload "
+            "would enter every later step, un-noised); private runs use 'fedavg' or 'fedprox'"
+        )
+    if p.sampling == "participation-cap":
+        k = p.max_participations
+        if k is None:
+            errors.append("privacy.max_participations: required with privacy.sampling = 'participation-cap' "
+                          "(k ≥ 1: no client contributes to more than k server steps)")
+        elif k * n < steps * buffer:
+            need = -(-steps * buffer // n)
+            errors.append(
+                f"privacy.max_participations = {k}: the cap cannot supply the run: run.steps × server.buffer = "
+                f"{steps} × {buffer} = {steps * buffer} uploads are needed, but population.clients × max_participations = "
+                f"{n} × {k} = {n * k}; raise privacy.max_participations to at least {need}, or population.clients, or lower run.steps"
+            )
+        if sc.run.max_update_norm is not None:
+            errors.append(
+                f"run.max_update_norm = {sc.run.max_update_norm}: must be unset with privacy.sampling = 'participation-cap' "
+                "(a rejection by norm depends on the client's data and changes who contributes to a step, which the "
+                "guarantee does not cover; clipping at privacy.clip already bounds every contribution)"
+            )
+    elif p.max_participations is not None:
+        errors.append(f"privacy.max_participations = {p.max_participations}: only used with privacy.sampling = "
+                      f"'participation-cap' (it is {p.sampling!r})")
+    if p.noise_cohort is not None:
+        if p.noise_cohort < buffer:
+            errors.append(f"privacy.noise_cohort = {p.noise_cohort}: must be at least server.buffer = {buffer} "
+                          "(the simulated deployment's buffer sums M ≥ C uploads)")
+        elif p.sampling == "poisson" and p.noise_cohort > n:
+            errors.append(f"privacy.noise_cohort = {p.noise_cohort}: must be at most population.clients = {n} under "
+                          "privacy.sampling = 'poisson' (its sampling rate is q = M/N ≤ 1)")
+    return errors
 
 
 def _check_traces(sc: Scenario) -> list[str]:

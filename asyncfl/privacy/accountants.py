@@ -1,56 +1,99 @@
 """The accountants a scenario can name (``privacy.accountant``, registered in
-:data:`asyncfl.config.registries.ACCOUNTANTS`; docs/privacy.md §4): each is a function
-``(σ, δ, q, steps) -> ε`` for ``steps`` self-composed releases of the Poisson-subsampled
-Gaussian mechanism, evaluated with ``dp-accounting``. Argument checks, the ``inf`` floor and
-calibration are in :mod:`asyncfl.privacy.accounting`, which looks these up by name.
+:data:`asyncfl.config.registries.ACCOUNTANTS`; docs/privacy.md §4), and what they account.
+
+A run's releases about one client are :class:`Releases`: ``count`` Gaussian mechanisms with
+noise multiplier σ (noise std / L2 sensitivity), each Poisson-subsampled at ``rate`` q, or not
+subsampled at all (``rate = None``)::
+
+    rate = q:     SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(σ)), count)
+    rate = None:  SelfComposedDpEvent(GaussianDpEvent(σ), count)
+
+Which releases a run makes is the sampling assumption's answer (:mod:`asyncfl.privacy.sampling`,
+docs/privacy.md §5–6). Each accountant is a function ``(releases, σ, δ) -> ε`` evaluated with
+``dp-accounting`` under its default add-or-remove-one neighbouring relation (user level: one
+client's data present or absent). Argument checks, the ``inf`` floor and calibration are in
+:mod:`asyncfl.privacy.accounting`, which looks these up by name.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import dp_accounting
 from dp_accounting import pld, rdp
 
 
+@dataclass(frozen=True)
+class Releases:
+    """What a run releases about one client (docs/privacy.md §4): ``count`` Gaussian mechanisms,
+    each Poisson-subsampled at ``rate`` (``None``: not subsampled, no amplification)."""
+
+    count: int
+    rate: float | None = None
+
+    def event(self, sigma: float) -> dp_accounting.DpEvent:
+        """The ``dp-accounting`` event of these releases at noise multiplier ``σ``."""
+        inner: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(sigma)
+        if self.rate is not None:
+            inner = dp_accounting.PoissonSampledDpEvent(self.rate, inner)
+        return dp_accounting.SelfComposedDpEvent(inner, self.count)
+
+    def describe(self) -> str:
+        if self.rate is None:
+            return f"{self.count} Gaussian release{'s' if self.count != 1 else ''} without subsampling"
+        return f"{self.count} step{'s' if self.count != 1 else ''} at sampling rate q = {self.rate:.4g}"
+
+
 def dp_event(sigma: float, q: float, steps: int) -> dp_accounting.DpEvent:
     """``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(σ)), T)``."""
-    return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
-    )
+    return Releases(steps, q).event(sigma)
 
 
-def _rdp_epsilon(sigma: float, delta: float, q: float, steps: int) -> float:
+def _rdp_epsilon(releases: Releases, sigma: float, delta: float) -> float:
     # dp-accounting logs (through absl) every Rényi order whose series fails to converge and
     # that it excludes; those orders only loosen the bound, so the warnings are muted here.
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
     absl_logger.setLevel(logging.ERROR)
     try:
-        return float(rdp.RdpAccountant().compose(dp_event(sigma, q, steps)).get_epsilon(delta))
+        return float(rdp.RdpAccountant().compose(releases.event(sigma)).get_epsilon(delta))
     finally:
         absl_logger.setLevel(level)
 
 
-def pld_interval(sigma: float, delta: float, q: float, steps: int) -> float:
-    """The PLD ``value_discretization_interval`` used for ``σ`` (rule in the module docstring)."""
-    eps_ref = _rdp_epsilon(sigma, delta, q, steps)
-    per_step_range = 10.0 / sigma + 1.0 / (2.0 * sigma**2)
-    return max(1e-5, min(1e-3, eps_ref / (100.0 * math.sqrt(steps))), per_step_range / 1e5, eps_ref / 1e6)
+def pld_interval(releases: Releases, sigma: float, delta: float) -> float:
+    """The PLD ``value_discretization_interval`` used for ``σ`` (docs/privacy.md §4)::
+
+        vdi = max(1e-5, min(1e-3, ε_rdp / (100 √n)), (10/s + 1/(2s²)) / 1e5, ε_rdp / 1e6)
+
+    with ``ε_rdp`` the RDP bound of the same releases, and ``(s, n)`` the noise multiplier of one
+    PLD that dp-accounting builds and the number of times it composes it: ``(σ, T)`` for Poisson
+    releases; ``(σ/√k, 1)`` for ``k`` un-subsampled ones, which dp-accounting evaluates as one
+    Gaussian mechanism of multiplier ``σ/√k`` (the k-fold composition of ``Gaussian(σ)`` is
+    exactly that mechanism)."""
+    eps_ref = _rdp_epsilon(releases, sigma, delta)
+    if releases.rate is None:
+        s, n = sigma / math.sqrt(releases.count), 1
+    else:
+        s, n = sigma, releases.count
+    per_step_range = 10.0 / s + 1.0 / (2.0 * s**2)
+    return max(1e-5, min(1e-3, eps_ref / (100.0 * math.sqrt(n))), per_step_range / 1e5, eps_ref / 1e6)
 
 
-def rdp_epsilon(sigma: float, delta: float, q: float, steps: int) -> float:
-    """``'rdp'``: the Rényi-DP bound on ε (no argument checks: see :func:`epsilon_spent`)."""
-    return _rdp_epsilon(sigma, delta, q, steps)
+def rdp_epsilon(releases: Releases, sigma: float, delta: float) -> float:
+    """``'rdp'``: the Rényi-DP bound on ε (no argument checks: see
+    :func:`asyncfl.privacy.accounting.epsilon_of`)."""
+    return _rdp_epsilon(releases, sigma, delta)
 
 
-def pld_epsilon(sigma: float, delta: float, q: float, steps: int) -> float:
+def pld_epsilon(releases: Releases, sigma: float, delta: float) -> float:
     """``'pld'``: the privacy-loss-distribution bound on ε with the grid of :func:`pld_interval`
     (the RDP bound where that grid would be coarser than 1; no argument checks: see
-    :func:`epsilon_spent`)."""
-    interval = pld_interval(sigma, delta, q, steps)
-    if interval > 1.0:  # ε_rdp > 1e6 or σ ≲ 2e-3: see the module docstring
-        return _rdp_epsilon(sigma, delta, q, steps)
+    :func:`asyncfl.privacy.accounting.epsilon_of`)."""
+    interval = pld_interval(releases, sigma, delta)
+    if interval > 1.0:  # ε_rdp > 1e6 or σ ≲ 2e-3: see asyncfl.privacy.accounting
+        return _rdp_epsilon(releases, sigma, delta)
     acc = pld.PLDAccountant(value_discretization_interval=interval)
-    return float(acc.compose(dp_event(sigma, q, steps)).get_epsilon(delta))
+    return float(acc.compose(releases.event(sigma)).get_epsilon(delta))

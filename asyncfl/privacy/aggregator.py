@@ -2,12 +2,18 @@
 
 :class:`PrivateAggregator` implements the :class:`~asyncfl.server.aggregation.Aggregator` protocol:
 per step it builds each buffered client's payload ``y_k``, adds them into one running sum,
-adds one draw of ``N(0, σ² S² I)`` on all ``d + L`` coordinates, and decodes::
+adds one draw of ``N(0, (σ S C/M)² I)`` on all ``d + L`` coordinates (``M = C`` without a noise
+cohort, docs/privacy.md §7), and decodes::
 
     r_t = (noisy sum)[:d] / C,   ĉ_τ = (noisy sum)[d:] / γ,   W[t, t−τ] = (τ+1)^(−p) ĉ'_τ / C
 
 with ``ĉ'`` the post-processed counts (:func:`~asyncfl.privacy.mechanism.postprocess_counts`).
 The server rule only ever receives the returned :class:`~asyncfl.server.aggregation.Aggregate`.
+
+:func:`build_privacy` resolves the section: the sampling assumption (``privacy.sampling``,
+:data:`~asyncfl.config.registries.SAMPLINGS`) says which releases the run makes about a client,
+σ is calibrated for them (or given), and γ/ξ follow; :func:`summary` and :func:`epsilon_curve`
+are what a run reports (docs/privacy.md §10).
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from asyncfl.server.aggregation import Aggregate, ClientUpdate, staleness_weight, weight_row
+from asyncfl.config.registries import SAMPLINGS
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy import accounting, mechanism
+from asyncfl.privacy.accountants import Releases
+from asyncfl.privacy.sampling import RunShape, SamplingAssumption
+from asyncfl.server.aggregation import Aggregate, ClientUpdate, staleness_weight, weight_row
 
 
 class PrivateAggregator:
@@ -49,6 +58,7 @@ class PrivateAggregator:
         clip: float,
         gamma: float,
         counts: mechanism.CountsMode = "project",
+        noise_cohort: int | None = None,
     ) -> None:
         if num_staleness is None or num_staleness < 1:
             raise ScenarioError(["server.max_staleness: must be set when privacy is enabled"])
@@ -59,12 +69,19 @@ class PrivateAggregator:
         self.clip = float(clip)
         self.gamma = float(gamma)
         self.counts = counts
-        self.noise_std = self.sigma * mechanism.sensitivity(self.clip, self.gamma)  # σS
+        self.noise_cohort = self.buffer if noise_cohort is None else int(noise_cohort)  # M
+        if self.noise_cohort < self.buffer:
+            raise ScenarioError([f"privacy.noise_cohort = {self.noise_cohort}: must be at least server.buffer = {self.buffer}"])
+        # σ S C/M: the noise of a deployment summing M uploads, seen on a sum of C (C/M = 1.0
+        # exactly without a noise cohort, so σS is then bit for bit the plain mechanism's)
+        self.noise_std = self.sigma * mechanism.sensitivity(self.clip, self.gamma) * (self.buffer / self.noise_cohort)
 
     def aggregate(self, step: int, updates: Sequence[ClientUpdate], rng: np.random.Generator) -> Aggregate:
-        """One private step: ``Σ_k y_k + N(0, σ²S² I)`` decoded into an :class:`Aggregate`.
+        """One private step: ``Σ_k y_k + N(0, (σSC/M)² I)`` decoded into an :class:`Aggregate`.
 
-        Draws exactly ``d + L`` standard normals from ``rng`` (``rng.normal(0, σS, d + L)``)."""
+        Draws exactly ``d + L`` normals from ``rng`` (``rng.normal(0, σSC/M, d + L)``). The decode
+        divides by the fixed ``C = server.buffer``, also in a synchronous round that accepted
+        fewer: the number of contributions is not released (docs/privacy.md §2, §9)."""
         if not updates:
             raise ValueError(f"step {step}: no client updates to aggregate")
         L = self.num_staleness
@@ -90,7 +107,8 @@ class PrivacySetup:
 
     ``sigma`` σ (noise multiplier), ``gamma`` γ, ``xi`` ξ = σS/γ, ``clip`` S_Δ, ``delta`` δ,
     ``epsilon_target`` (None when σ was given), ``accountant``, ``counts`` (post-processing),
-    and what the accountant needs: ``sampling_rate`` q = C/N and ``steps`` T."""
+    ``sampling`` (the assumption's name), ``shape`` (what the assumption knows of the run) and
+    ``releases`` (what σ was calibrated for: ``Releases(T, q)`` or ``Releases(k)``)."""
 
     sigma: float
     gamma: float
@@ -100,13 +118,63 @@ class PrivacySetup:
     epsilon_target: float | None
     accountant: str
     counts: str
-    sampling_rate: float
-    steps: int
+    sampling: str
+    shape: RunShape
+    releases: Releases
 
     @property
     def sensitivity(self) -> float:
         """``S = √(S_Δ² + γ²)``."""
         return mechanism.sensitivity(self.clip, self.gamma)
+
+    @property
+    def assumption(self) -> SamplingAssumption:
+        return SAMPLINGS.load(self.sampling)
+
+    @property
+    def cap(self) -> int | None:
+        """The participation cap ``k`` the engine enforces (None under Poisson)."""
+        return self.assumption.cap(self.shape)
+
+    @property
+    def noise_cohort(self) -> int:
+        return self.shape.noise_cohort
+
+    @property
+    def noise_multiplier_of_run(self) -> float:
+        """``σ C/M``: the noise multiplier of the simulated sum itself (σ when ``M = C``)."""
+        return self.sigma * (self.shape.buffer / self.shape.noise_cohort)
+
+
+def resolve_sigma(privacy_cfg: Any, shape: RunShape) -> tuple[float, Releases]:
+    """``(σ, releases)`` of a ``[privacy]`` section for a run of ``shape``: the releases are the
+    sampling assumption's (docs/privacy.md §5–6), σ is ``noise_multiplier`` if given, else
+    calibrated to (``epsilon``, ``delta``) for those releases. Shared by the run and the sweep."""
+    p = privacy_cfg
+    if p.sampling not in SAMPLINGS:
+        raise ScenarioError([SAMPLINGS.unknown(p.sampling)])
+    releases = SAMPLINGS.load(p.sampling).releases(shape)
+    if p.noise_multiplier is not None:
+        return float(p.noise_multiplier), releases
+    return accounting.sigma_for(releases, p.epsilon, p.delta, p.accountant), releases
+
+
+def run_shape(privacy_cfg: Any, protocol: str, clients: int, buffer: int, steps: int) -> RunShape:
+    """What the sampling assumption knows of a run (:class:`~asyncfl.privacy.sampling.RunShape`):
+    ``M = privacy.noise_cohort`` (``C`` when not given) and ``k = privacy.max_participations``."""
+    cohort = int(buffer) if privacy_cfg.noise_cohort is None else int(privacy_cfg.noise_cohort)
+    return RunShape(protocol=protocol, clients=int(clients), buffer=int(buffer), noise_cohort=cohort,
+                    steps=int(steps), max_participations=privacy_cfg.max_participations)
+
+
+def sampling_report(sampling: str, shape: RunShape) -> dict[str, Any]:
+    """``sampling``, ``claim`` (``approximation`` or ``guarantee``), ``statement``, and
+    ``sampling_rate`` q or ``max_participations`` k: what a table says the ε rests on."""
+    if sampling not in SAMPLINGS:
+        raise ScenarioError([SAMPLINGS.unknown(sampling)])
+    assumption: SamplingAssumption = SAMPLINGS.load(sampling)
+    return {"sampling": sampling, "claim": assumption.claim, "statement": assumption.statement(shape),
+            **assumption.parameters(shape)}
 
 
 def build_privacy(
@@ -116,14 +184,16 @@ def build_privacy(
     steps: int,
     max_staleness: int | None,
     exponent: float,
+    protocol: str = "fedbuff",
 ) -> tuple[PrivacySetup, PrivateAggregator]:
     """Resolve a ``[privacy]`` section (:class:`~asyncfl.config.scenario.PrivacyConfig`) into a
     :class:`PrivacySetup` and its :class:`PrivateAggregator`.
 
-    σ is ``noise_multiplier`` if given, else calibrated to (``epsilon``, ``delta``) for
-    ``q = buffer / clients`` over ``steps`` server steps. γ follows from ``xi``
-    (``γ = σS_Δ/√(ξ² − σ²)``, ξ must exceed σ) or ξ from ``gamma`` (``ξ = σS/γ``).
-    Every problem raises :class:`ScenarioError` naming the field."""
+    σ is ``noise_multiplier`` if given, else calibrated to (``epsilon``, ``delta``) for the
+    releases of the sampling assumption (:func:`resolve_sigma`): Poisson at
+    ``q = noise_cohort / clients`` over ``steps``, or ``max_participations`` un-subsampled
+    releases. γ follows from ``xi`` (``γ = σS_Δ/√(ξ² − σ²)``, ξ must exceed σ) or ξ from
+    ``gamma`` (``ξ = σS/γ``). Every problem raises :class:`ScenarioError` naming the field."""
     p = privacy_cfg
     problems: list[str] = []
     if (p.epsilon is None) == (p.noise_multiplier is None):
@@ -134,13 +204,15 @@ def build_privacy(
         problems.append("server.max_staleness: must be set when privacy is enabled (the one-hot staleness payload has length max_staleness + 1)")
     if not 1 <= buffer <= clients:
         problems.append(f"server.buffer = {buffer}: must be between 1 and population.clients = {clients}")
+    cohort = buffer if p.noise_cohort is None else int(p.noise_cohort)
+    if cohort < buffer:
+        problems.append(f"privacy.noise_cohort = {cohort}: must be at least server.buffer = {buffer}")
+    if p.sampling == "participation-cap" and p.max_participations is None:
+        problems.append("privacy.max_participations: required with privacy.sampling = 'participation-cap'")
     if problems:
         raise ScenarioError(problems)
-    q = buffer / clients
-    if p.noise_multiplier is not None:
-        sigma = float(p.noise_multiplier)
-    else:
-        sigma = accounting.calibrate_sigma(p.epsilon, p.delta, q, steps, p.accountant)
+    shape = run_shape(p, protocol, clients, buffer, steps)
+    sigma, releases = resolve_sigma(p, shape)
     if p.xi is not None:
         if not p.xi > sigma:
             how = "given" if p.noise_multiplier is not None else f"calibrated to ε = {p.epsilon}, δ = {p.delta}"
@@ -153,25 +225,69 @@ def build_privacy(
     setup = PrivacySetup(
         sigma=sigma, gamma=gamma, xi=xi, clip=float(p.clip), delta=float(p.delta),
         epsilon_target=None if p.epsilon is None else float(p.epsilon), accountant=p.accountant,
-        counts=p.counts, sampling_rate=q, steps=int(steps),
+        counts=p.counts, sampling=p.sampling, shape=shape, releases=releases,
     )
     aggregator = PrivateAggregator(
         buffer=buffer, exponent=exponent, num_staleness=max_staleness + 1, sigma=sigma,
-        clip=setup.clip, gamma=gamma, counts=p.counts,
+        clip=setup.clip, gamma=gamma, counts=p.counts, noise_cohort=cohort,
     )
     return setup, aggregator
 
 
-def summary(setup: PrivacySetup) -> dict[str, Any]:
-    """What a run reports: ``sigma``, ``gamma``, ``xi``, ``epsilon_spent`` (by the setup's
-    accountant for the σ actually used; ``inf`` for negligible noise, see
-    :mod:`asyncfl.privacy.accounting`), ``delta``, ``accountant``."""
-    eps = accounting.epsilon_spent(setup.sigma, setup.delta, setup.sampling_rate, setup.steps, setup.accountant)
-    return {
+def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> dict[str, Any]:
+    """What a run reports (docs/privacy.md §10): ``sigma``, ``gamma``, ``xi``, ``epsilon_spent``
+    (by the setup's accountant, for the σ used and the whole run's releases; ``inf`` for
+    negligible noise), ``delta``, ``accountant``; the sampling assumption (``sampling``,
+    ``claim`` — ``approximation`` or ``guarantee`` —, ``statement``, ``sampling_rate`` q or
+    ``max_participations`` k); the noise cohort (``noise_cohort`` M, ``buffer`` C,
+    ``noise_multiplier_of_run`` σC/M, ``epsilon_of``: whose ε it is); and, given the participations
+    per client, ``participations_max``, ``participations_mean`` (over all N clients),
+    ``clients_participated`` and ``clients_at_cap`` (None without a cap)."""
+    eps = accounting.epsilon_of(setup.releases, setup.sigma, setup.delta, setup.accountant)
+    shape = setup.shape
+    report = sampling_report(setup.sampling, shape)
+    statement = report.pop("statement")
+    if shape.noise_cohort != shape.buffer:
+        whose = f"a deployment whose buffer sums noise_cohort = {shape.noise_cohort} uploads"
+        statement += (f". The noise is that of {whose}, scaled by C/M = {shape.buffer}/{shape.noise_cohort} on this "
+                      f"simulation's sums of C = {shape.buffer}: the ε is that deployment's, not this run's, whose own "
+                      f"sums carry noise multiplier σC/M = {setup.noise_multiplier_of_run:.4g} (docs/privacy.md §7)")
+    else:
+        whose = "this run"
+    out: dict[str, Any] = {
         "sigma": setup.sigma,
         "gamma": setup.gamma,
         "xi": setup.xi,
         "epsilon_spent": eps,
         "delta": setup.delta,
         "accountant": setup.accountant,
+        **report,
+        "statement": statement,
+        "noise_cohort": shape.noise_cohort,
+        "buffer": shape.buffer,
+        "noise_multiplier_of_run": setup.noise_multiplier_of_run,
+        "epsilon_of": whose,
     }
+    if participations is not None:
+        cap = setup.cap
+        out.update(
+            participations_max=int(participations.max(initial=0)),
+            participations_mean=float(participations.mean()) if participations.size else 0.0,
+            clients_participated=int(np.count_nonzero(participations)),
+            clients_at_cap=None if cap is None else int(np.count_nonzero(participations >= cap)),
+        )
+    return out
+
+
+def epsilon_curve(setup: PrivacySetup, points: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    """``privacy.csv`` (docs/run-directory.md): for each ``(t, m_t)`` — ``t`` server steps done,
+    ``m_t`` the most steps any one client has contributed to by then — the releases so far
+    (``compositions``: ``t`` under Poisson, ``m_t`` under the cap) and the ε spent after them at
+    δ, by the run's accountant (0 before anything is released)."""
+    rows = []
+    for steps, most in points:
+        releases = setup.assumption.so_far(setup.shape, steps, most)
+        eps = 0.0 if releases is None else accounting.epsilon_of(releases, setup.sigma, setup.delta, setup.accountant)
+        rows.append({"step": int(steps), "participations_max": int(most),
+                     "compositions": 0 if releases is None else releases.count, "epsilon": eps, "delta": setup.delta})
+    return rows

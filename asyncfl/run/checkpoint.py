@@ -39,6 +39,7 @@ import torch
 
 from asyncfl import rng as rngmod
 from asyncfl.clients.fleet import FleetState
+from asyncfl.clients.participation import ParticipationState
 from asyncfl.clients.replay import ReplayState
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.files import read_limited
@@ -61,7 +62,7 @@ STATE_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
         SimState, ClientState, Counters, Records, WaiterState, FedBuffState, SyncState, FleetState, ReplayState,
-        LocalJob, ClientJob, PseudoGradientState, EmptyState, TraceState, AdamState, MAFullState, MALightState,
+        ParticipationState, LocalJob, ClientJob, PseudoGradientState, EmptyState, TraceState, AdamState, MAFullState, MALightState,
         BaselineState,
     )
 }
@@ -321,11 +322,51 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
     busy = s.fleet.busy
     check(busy.shape == (n,) and busy.dtype == np.bool_, f"state.fleet.busy: {_describe(busy)}, but population.clients = {n}")
     check(set(s.streams) == set(rngmod.STREAMS), f"state.streams: {sorted(s.streams)}, expected {sorted(rngmod.STREAMS)}")
+    problems.extend(_participation_problems(s, scenario, steps))
     expected_rows = {"updates.csv": s.counters.rows, "metrics.csv": 1 + steps // run.eval_every}
     for name, want in expected_rows.items():
         got = ck.csv_rows.get(name)
         check(isinstance(got, int) and got == want, f"run_dir.csv_rows[{name!r}] = {got!r}, but the state accounts for {want} rows")
     return problems[:10]
+
+
+def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list[str]:
+    """The participation ledger of a private run (docs/privacy.md §6) against the scenario and
+    the rest of the state: one entry per client, no client over its cap, participations adding
+    up to the accepted uploads, and exactly the clients of the undecided dispatches pending."""
+    p, n = scenario.privacy, scenario.population.clients
+    led = s.participation
+    if not p.enabled:
+        return [] if led is None else ["state.participation: a participation ledger, but privacy is not enabled"]
+    if led is None:
+        return ["state.participation: missing; a private run keeps participations per client"]
+    problems: list[str] = []
+    spent, pending, first = led.spent, led.pending, led.first_step
+    if spent.shape != (n,) or spent.dtype != np.int64 or pending.shape != (n,) or pending.dtype != np.bool_:
+        return [f"state.participation: spent {_describe(spent)}, pending {_describe(pending)}; expected int64 and bool "
+                f"of shape ({n},) (population.clients = {n})"]
+    cap = p.max_participations if p.sampling == "participation-cap" else None
+    if spent.size and int(spent.min()) < 0:
+        problems.append("state.participation.spent: negative participations")
+    if cap is not None and spent.size and int(spent.max()) > cap:
+        worst = int(np.argmax(spent))
+        problems.append(f"state.participation.spent: client {worst} has {int(spent[worst])} participations, "
+                        f"above privacy.max_participations = {cap}")
+    if int(spent.sum()) != s.counters.accepted:
+        problems.append(f"state.participation.spent: adds up to {int(spent.sum())}, but state.counters.accepted = {s.counters.accepted}")
+    most = int(spent.max(initial=0))
+    ordered = first.ndim == 1 and bool(np.all(np.diff(first) >= 0)) and bool(np.all((first >= 1) & (first <= steps)))
+    if first.shape != (most,) or not ordered:
+        problems.append(f"state.participation.first_step: {_describe(first)}, expected {most} non-decreasing steps in 1..{steps}")
+    by_seq = {c.seq: c.client for c in s.clients}
+    undecided = set(s.in_flight) | {seq for seq, _ in s.buffer}
+    if isinstance(s.protocol, SyncState):
+        undecided |= set(s.protocol.arrived)
+    want = sorted({by_seq[seq] for seq in undecided if seq in by_seq})
+    if len(want) != len(undecided) or np.flatnonzero(pending).tolist() != want:
+        problems.append(f"state.participation.pending: clients {np.flatnonzero(pending).tolist()[:10]}, but the undecided "
+                        f"dispatches are of clients {want[:10]} (one each)")
+    return problems
 
 
 def _describe(value: Any) -> str:

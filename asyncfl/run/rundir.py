@@ -5,6 +5,7 @@
 * ``updates.csv`` — one row per upload that arrived (``UPDATE_FIELDS``);
 * ``counts.npz`` — ``by_staleness[t-1, τ]`` (T×L integers), and with privacy
   ``private_by_staleness`` (the raw noisy estimates ĉ_τ), and ``coefficients`` (MA weights);
+* ``privacy.csv`` — private runs: ε spent after every evaluation step (``PRIVACY_FIELDS``);
 * ``summary.json`` — status, final metrics, wall time, counters;
 * ``model.pt`` — the final model's ``state_dict``;
 * ``checkpoint.pt`` — the last checkpoint (``[run] checkpoint_every``, SIGINT, divergence;
@@ -53,7 +54,7 @@ LOCK_NAME = ".asyncfl.lock"
 #: the only files ``--overwrite`` removes
 RUN_FILES = (
     "scenario.toml", "updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", "bias.json",
-    "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png",
+    "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png", "privacy.csv",
 )
 _TEMPORARY = re.compile(r"\.(" + "|".join(re.escape(n) for n in RUN_FILES) + r")\.[A-Za-z0-9_]+")
 
@@ -87,6 +88,10 @@ class WriteError(RunDirError):
 def write_error(path: Path, exc: OSError) -> WriteError:
     """A failed write as one message with the system's reason (``No space left on device``)."""
     return WriteError(f"cannot write {path}: {exc.strerror or exc.__class__.__name__}")
+
+
+#: privacy.csv (docs/run-directory.md §6): one row per evaluation step of a private run
+PRIVACY_FIELDS = ("step", "participations_max", "compositions", "epsilon", "delta")
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -389,6 +394,17 @@ class RunWriter:
                 np.savez_compressed(fh, **arrays)
 
         atomic_write(self.path / "counts.npz", write)
+
+    def write_privacy(self, rows: list[dict[str, Any]]) -> None:
+        """``privacy.csv``, rewritten whole (atomically): it is derived from the run's state."""
+        def write(p: Path) -> None:
+            with open(p, "w", newline="", encoding="utf-8") as fh:
+                out = csv.writer(fh, lineterminator="\n")
+                out.writerow(PRIVACY_FIELDS)
+                for row in rows:
+                    out.writerow([_fmt(row[f]) for f in PRIVACY_FIELDS])
+
+        atomic_write(self.path / "privacy.csv", write)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.path / "summary.json", {"format_version": FORMAT_VERSION, **summary})

@@ -51,6 +51,8 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
     comes last: a ``summary.json`` with a final status means every other file is written (a run
     killed before it is resumed, not read back)."""
     writer.write_counts(_arrays(sim))
+    if sim.privacy_setup is not None:
+        writer.write_privacy(sim.privacy_curve())
     writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
     bias_report.finish_hook(sim, writer.path)
     summary = {**sim.summary(), "status": status, **(extra or {})}
@@ -147,7 +149,7 @@ def run_to_dir_blocking(scenario: Scenario, out: str | Path, **kwargs: Any) -> d
 
 # ---------------------------------------------------------------------------------------------
 # resume
-OUTPUTS = ("updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", CHECKPOINT_NAME)
+OUTPUTS = ("updates.csv", "metrics.csv", "counts.npz", "privacy.csv", "summary.json", "model.pt", CHECKPOINT_NAME)
 
 
 @dataclass

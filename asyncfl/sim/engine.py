@@ -22,13 +22,18 @@ client can be dispatched the protocol waits on the virtual clock until one comes
 (``Fleet.next_online``) and then restores ``K`` (FedBuff) or starts the round (sync). A client
 that goes offline before its upload arrives drops it ("offline", counted in
 ``updates_dropped_offline``), and FedBuff dispatches a replacement at once.
+
+Private runs (docs/privacy.md §6): only clients without an undecided upload and below the
+participation cap are dispatched (:class:`~asyncfl.clients.participation.Participation`, reserved
+in :meth:`Simulation.dispatch`, settled in :meth:`Simulation.record`), so no step holds two uploads
+of one client and no client contributes to more than ``privacy.max_participations`` steps; a
+capped run that runs out of such clients stops with :class:`ParticipationCapReached`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import math
 import time
 from dataclasses import dataclass
@@ -42,13 +47,16 @@ from asyncfl import privacy
 from asyncfl import rng as rngmod
 from asyncfl.clients.build import build_fleet
 from asyncfl.clients.fleet import Fleet
+from asyncfl.clients.participation import Participation
 from asyncfl.compute.compose import make_executor
 from asyncfl.compute.executors import Executor
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.memory import check_memory
 from asyncfl.config.registries import PROTOCOLS
 from asyncfl.config.scenario import Scenario
-from asyncfl.errors import CheckpointError, NumericalFault, RunInterrupted, SimulationStalled, TraceError
+from asyncfl.errors import (
+    CheckpointError, NumericalFault, ParticipationCapReached, RunInterrupted, SimulationStalled, TraceError,
+)
 from asyncfl.records import MemorySink, Sink, StepEvent, UpdateRow
 from asyncfl.server.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
@@ -113,6 +121,7 @@ def make_private_aggregator(scenario: Scenario) -> tuple[privacy.PrivacySetup, A
     return privacy.build_privacy(
         scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,
         server.max_staleness if server.protocol == "fedbuff" else 0, server.staleness_exponent,
+        protocol=server.protocol,
     )
 
 
@@ -152,6 +161,11 @@ class Simulation:
         self.streams = rngmod.make_streams(scenario.seed)
         self._server_streams = ServerStreams(noise=self.streams["noise"], algorithm=self.streams["algorithm"])
         self.fleet = fleet_factory(scenario, self.streams) if fleet_factory else build_fleet(scenario, self.streams, self.task)
+        # private runs: one upload per client per step, and the participation cap (docs/privacy.md §6)
+        self.participation = (
+            Participation(scenario.population.clients, self.privacy_setup.cap) if self.privacy_setup is not None else None
+        )
+        self.fleet.participation = self.participation
         self.env = simpy.Environment()
         self.protocol: FedBuffProtocol | SyncProtocol = PROTOCOLS.load(scenario.server.protocol)(self)
 
@@ -198,6 +212,8 @@ class Simulation:
     def dispatch(self, client: int) -> InFlight:
         """Send the current model to ``client`` and put its arrival on the clock."""
         now = self.env.now
+        if self.participation is not None:
+            self.participation.reserve(client)
         self.fleet.busy[client] = True
         seed = rngmod.job_seed(self.streams["jobs"])
         arrival, offline = self.fleet.schedule(client, now, self.streams["latency"])
@@ -237,6 +253,10 @@ class Simulation:
         self._pending_flush = (entries, then)
 
     def record(self, rec: InFlight, step: int, staleness: int, accepted: bool, reason: str = "", arrival_time: float | None = None) -> None:
+        """The fate of a dispatch (one ``updates.csv`` row); in a private run it also settles the
+        client's participation: spent if accepted, released otherwise (docs/privacy.md §6)."""
+        if self.participation is not None:
+            self.participation.settle(rec.client, accepted, step)
         t_arr = rec.arrival_time if arrival_time is None else arrival_time
         self.sink.on_update(UpdateRow(rec.client, rec.version, step, rec.dispatch_time, t_arr, staleness, accepted, reason, rec.seq))
 
@@ -258,6 +278,7 @@ class Simulation:
             counters=dataclasses.replace(self.counters), records=self.records.snapshot(), next_seq=self._seq,
             eval_staleness=tuple(self._eval_staleness), last_metrics=dict(self.last_metrics),
             rejected_since_step=self._rejected_since_step, streams=rngmod.streams_state(self.streams),
+            participation=None if self.participation is None else self.participation.state(),
         )
 
     def restore(self, state: SimState) -> None:
@@ -275,6 +296,8 @@ class Simulation:
         self.buffer = [(records[seq], tau) for seq, tau in state.buffer]
         self.protocol.restore(state.protocol, records)
         self.fleet.restore(state.fleet)
+        if self.participation is not None and state.participation is not None:
+            self.participation.restore(state.participation)
         self.counters = dataclasses.replace(state.counters)
         self.records = state.records.snapshot()
         self._seq = state.next_seq
@@ -333,6 +356,8 @@ class Simulation:
                     if self.should_stop is not None and self.should_stop():
                         raise RunInterrupted(self.steps_done, self.env.now)
                     if self.env.peek() == math.inf:
+                        if self.participation is not None and self.participation.exhausted():
+                            raise ParticipationCapReached(self._cap_exhausted())
                         reason = self.fleet.explain_stall(self.env.now, self.steps_done, self.total_steps)
                         if reason is not None:
                             raise TraceError(reason)
@@ -454,6 +479,22 @@ class Simulation:
             self._initial_loss = float(self.task.evaluate(self.task.initial_theta)["loss"])
         return self._initial_loss
 
+    def _cap_exhausted(self) -> str:
+        """Why a capped run cannot take its next step (docs/privacy.md §6)."""
+        assert self.participation is not None
+        ledger, sc = self.participation, self.scenario
+        k, n, C, T = ledger.cap, sc.population.clients, sc.server.buffer, self.total_steps
+        at_cap = int(np.count_nonzero(ledger.spent >= (k or 0)))
+        waiting = int(np.count_nonzero(ledger.pending & (ledger.spent < (k or 0))))
+        return (
+            f"privacy.max_participations = {k}: the participation cap ran out at server step {self.version} of "
+            f"run.steps = {T} (virtual time {self.env.now:g}): of population.clients = {n}, {at_cap} have contributed "
+            f"to {k} steps and the other {waiting} have an upload waiting for this step, which needs server.buffer = {C} "
+            f"distinct clients; no client can be dispatched. k·N ≥ T·C ({(k or 0) * n} ≥ {T * C}) is necessary but "
+            "not sufficient (a step needs C different clients with participations left, and dropped uploads are "
+            "dispatched again); raise privacy.max_participations or population.clients, or lower run.steps"
+        )
+
     def _guard_rejections(self) -> None:
         """A run whose every upload is rejected would never end: stop it with the step."""
         if self._rejected_since_step >= MAX_REJECTED_PER_STEP:
@@ -520,16 +561,25 @@ class Simulation:
             "clients_dispatched": c.dispatched,
             "updates_per_second": c.accepted / wall if wall > 0 else math.nan,
             "final": {k: v for k, v in self.last_metrics.items() if k not in ("wall_time",)},
-            **({"privacy": self.privacy_summary} if self.privacy_setup is not None else {}),
+            **({"privacy": self.privacy_summary()} if self.privacy_setup is not None else {}),
             **self.algorithm.summary(self.algo_state),
         }
 
-    @functools.cached_property
     def privacy_summary(self) -> dict[str, Any]:
-        """``sigma``, ``gamma``, ``xi``, ``epsilon_spent`` (for the σ used), ``delta``,
-        ``accountant`` (docs/privacy.md); a function of the configuration, computed once."""
-        assert self.privacy_setup is not None
-        return privacy.summary(self.privacy_setup)
+        """The ``privacy`` section of the summary (:func:`asyncfl.privacy.summary`,
+        docs/privacy.md §10): the configuration's σ, γ, ξ, ε, δ, sampling assumption and noise
+        cohort, and the participations per client so far."""
+        assert self.privacy_setup is not None and self.participation is not None
+        return privacy.summary(self.privacy_setup, self.participation.spent)
+
+    def privacy_curve(self) -> list[dict[str, Any]]:
+        """``privacy.csv``: ε spent after every evaluation step taken so far — step 0 and every
+        ``run.eval_every`` steps — and after the last step taken (the run's last step, or where it
+        stopped) (:func:`asyncfl.privacy.epsilon_curve`)."""
+        assert self.privacy_setup is not None and self.participation is not None
+        every, done = self.scenario.run.eval_every, self.steps_done
+        steps = sorted({0, *range(every, done + 1, every), done})
+        return privacy.epsilon_curve(self.privacy_setup, [(t, self.participation.most_by(t)) for t in steps])
 
 
 def screen(messages: torch.Tensor | list[torch.Tensor], max_norm: float | None) -> list[str]:

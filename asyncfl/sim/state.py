@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import torch
 
     from asyncfl.clients.fleet import FleetState
+    from asyncfl.clients.participation import ParticipationState
     from asyncfl.clients.replay import ReplayState
     from asyncfl.compute.training import LocalJob
 
@@ -120,3 +121,4 @@ class SimState(NamedTuple):
     last_metrics: dict[str, float]
     rejected_since_step: int
     streams: dict[str, Any]  # numpy bit-generator states by stream name
+    participation: ParticipationState | None  # private runs: participations per client, undecided uploads

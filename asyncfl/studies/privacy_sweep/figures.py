@@ -25,10 +25,11 @@ def plot(rows: Sequence[SweepRow], budget: Budget, path: Path, title: str | None
     2. bias ``‖AW − M‖_F/‖M‖_F`` on the exact W (solid, ± 95 % CI) and on the noisy Ŵ (dashed) for
        each rule, and naive momentum's bias on the same W as the reference it is meant to beat
        (grey, dash-dotted) — MA's rises towards it once ``Ŵ`` is mostly noise;
-    3. the analytic noise std: update ``σ S_Δ ξ / (C √(ξ² − σ²))`` with its floor ``σ S_Δ / C``,
-       and counts ``ξ / C`` with the level 1 (the largest total of a row of W).
+    3. the analytic noise std: update ``σ S_Δ ξ / (M √(ξ² − σ²))`` with its floor ``σ S_Δ / M``,
+       and counts ``ξ / M`` with the level 1 (the largest total of a row of W); ``M`` is the
+       noise cohort, ``C`` without one (docs/privacy.md §7).
 
-    Every panel marks ``ξ = C`` (count noise std 1 per row of ``W``)."""
+    Every panel marks ``ξ = M`` (count noise std 1 per row of ``W``)."""
     agg = aggregate(rows)
     rules = [r for r in RULES if any(a["rule"] == r for a in agg)]
     fig = figure(8.5, 10.5)
@@ -61,24 +62,26 @@ def plot(rows: Sequence[SweepRow], budget: Budget, path: Path, title: str | None
     lo = min(a["xi"] for a in agg) if agg else budget.sigma * 1.1
     hi = max(a["xi"] for a in agg) if agg else budget.C
     grid = np.geomspace(max(lo / 1.3, budget.sigma * 1.0005), hi * 1.3, 400)
-    upd = np.array([update_noise_std(budget.sigma, budget.clip, x, budget.C) for x in grid])
-    ax_noise.plot(grid, upd, color="tab:green", label="update noise σ S_Δ ξ / (C √(ξ² − σ²))")
-    ax_noise.axhline(budget.sigma * budget.clip / budget.C, color="tab:green", ls=":", lw=1, label="its floor σ S_Δ / C")
-    ax_noise.plot(grid, grid / budget.C, color="tab:red", label="count noise ξ / C")
+    M = budget.M  # the noise cohort (C without one): the levels are those of docs/privacy.md §7
+    upd = np.array([update_noise_std(budget.sigma, budget.clip, x, M) for x in grid])
+    ax_noise.plot(grid, upd, color="tab:green", label="update noise σ S_Δ ξ / (M √(ξ² − σ²))")
+    ax_noise.axhline(budget.sigma * budget.clip / M, color="tab:green", ls=":", lw=1, label="its floor σ S_Δ / M")
+    ax_noise.plot(grid, grid / M, color="tab:red", label="count noise ξ / M")
     ax_noise.axhline(1.0, color="tab:red", ls=":", lw=1, label="1 = largest row total of W")
     ax_noise.set_yscale("log")
     ax_noise.set_ylabel("noise std per coordinate")
-    ax_noise.set_xlabel(f"ξ, the count-noise level (σ = {budget.sigma:.3g}, C = {budget.C})")
+    ax_noise.set_xlabel(f"ξ, the count-noise level (σ = {budget.sigma:.3g}, C = {budget.C}, M = {M})")
     for ax in (ax_acc, ax_bias, ax_noise):
         ax.set_xscale("log")
         ax.grid(True, which="both", alpha=0.3)
-        ax.axvline(budget.C, color="k", ls=":", lw=0.9, label=f"ξ = C = {budget.C} (count noise std 1)")
+        ax.axvline(M, color="k", ls=":", lw=0.9, label=f"ξ = M = {M} (count noise std 1)")
         ax.legend(fontsize=7.5, ncol=2 if ax is ax_bias else 1, loc="center left" if ax is ax_noise else "best")
     top = ax_acc.secondary_xaxis("top", functions=(lambda x: x / budget.C, lambda r: r * budget.C))
     top.set_xlabel("ξ / C")
     eps = f"ε = {budget.epsilon_target:g}, " if budget.epsilon_target is not None else ""
     spread = f"mean ± 95 % CI over {seeds} seeds" if seeds > 1 else "one seed: no interval"
-    what = title or f"private MA at fixed {eps}δ = {budget.delta:g} (σ = {budget.sigma:.3g}, S_Δ = {budget.clip:g}); {spread}"
+    what = title or (f"private MA at fixed {eps}δ = {budget.delta:g} (σ = {budget.sigma:.3g}, S_Δ = {budget.clip:g}; "
+                     f"{budget.sampling}: {budget.claim}); {spread}")
     set_title(fig, name, what)
     return save(fig, path, fmt)
 

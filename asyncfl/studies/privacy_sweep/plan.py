@@ -8,20 +8,22 @@ import math
 from typing import Sequence
 
 from asyncfl.config import scenario as scenario_mod
-from asyncfl.privacy import accounting, mechanism
+from asyncfl import privacy
+from asyncfl.privacy import mechanism
 from asyncfl.studies.privacy_sweep.spec import Budget, SweepError, SweepPoint
 
 
 # ----------------------------------------------------------------------------------------------
 # analytic noise levels (docs/privacy.md)
-def update_noise_std(sigma: float, clip: float, xi: float, C: int) -> float:
-    """Std of the noise on each coordinate of ``r_t``: ``σ S_Δ ξ / (C √(ξ² − σ²))`` (= ``σS/C``)."""
-    return mechanism.update_noise_std(sigma, clip, xi, C)
+def update_noise_std(sigma: float, clip: float, xi: float, M: int) -> float:
+    """Std of the noise on each coordinate of ``r_t``: ``σ S_Δ ξ / (M √(ξ² − σ²))`` (= ``σS/M``;
+    ``M`` the noise cohort, ``C`` without one: docs/privacy.md §2, §7)."""
+    return mechanism.update_noise_std(sigma, clip, xi, M)
 
 
-def count_noise_std(xi: float, C: int) -> float:
-    """Std of the noise on each entry ``ĉ_τ / C`` of a row of ``Ŵ``: ``ξ / C``."""
-    return mechanism.count_noise_std(xi, C)
+def count_noise_std(xi: float, M: int) -> float:
+    """Std of the noise on each entry ``ĉ_τ / C`` of a row of ``Ŵ``: ``ξ / M`` (docs/privacy.md §7)."""
+    return mechanism.count_noise_std(xi, M)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -40,19 +42,21 @@ def check_scenario(scenario: scenario_mod.Scenario) -> None:
 def resolve_budget(scenario: scenario_mod.Scenario) -> Budget:
     """σ for the scenario's privacy budget, computed **once** for the whole sweep.
 
-    ``σ = calibrate_sigma(ε, δ, q = C/N, T)`` (:mod:`asyncfl.privacy.accounting`, docs/privacy.md), or
-    ``privacy.noise_multiplier`` when the scenario gives σ instead of ε. ξ and γ do not enter:
-    they only split the sensitivity ``S`` between update and counts."""
+    σ is calibrated to (ε, δ) for the releases of the scenario's sampling assumption — Poisson at
+    ``q = M/N`` over T steps, or ``k`` un-subsampled releases under the participation cap
+    (:func:`asyncfl.privacy.resolve_sigma`, the same resolution a run uses; docs/privacy.md
+    §5–6) — or is ``privacy.noise_multiplier`` when the scenario gives σ instead of ε. ξ and γ
+    do not enter: they only split the sensitivity ``S`` between update and counts."""
     check_scenario(scenario)
     p, server = scenario.privacy, scenario.server
     C, N, T = int(server.buffer), scenario.population.clients, scenario.run.steps
-    q = C / N
-    if p.noise_multiplier is not None:
-        sigma = float(p.noise_multiplier)
-    else:
-        sigma = accounting.calibrate_sigma(float(p.epsilon), float(p.delta), q, T, p.accountant)
+    shape = privacy.run_shape(p, server.protocol, N, C, T)
+    sigma, _ = privacy.resolve_sigma(p, shape)
+    report = privacy.sampling_report(p.sampling, shape)
     return Budget(sigma=sigma, epsilon_target=None if p.epsilon is None else float(p.epsilon),
-                  delta=float(p.delta), accountant=p.accountant, q=q, steps=T, clip=float(p.clip), C=C)
+                  delta=float(p.delta), accountant=p.accountant, q=report["sampling_rate"], steps=T,
+                  clip=float(p.clip), C=C, sampling=p.sampling, claim=report["claim"], statement=report["statement"],
+                  max_participations=report["max_participations"], noise_cohort=shape.noise_cohort)
 
 
 def sweep_points(budget: Budget, xis: Sequence[float] = (), gammas: Sequence[float] = ()) -> list[SweepPoint]:

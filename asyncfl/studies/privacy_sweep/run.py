@@ -39,8 +39,10 @@ def _finite(value: Any) -> float:
 
 def read_row(scenario: scenario_mod.Scenario, budget: Budget, point: SweepPoint, run_dir: Path, status: str) -> SweepRow:
     """One point's row, read back from its run directory: final test accuracy and loss
-    (``summary.json``), ε spent (the accountant's, for σ), the rule's bias on the exact ``W``
-    and on the noisy ``Ŵ`` (``bias.json``; docs/server-rules.md), and the analytic noise levels.
+    (``summary.json``), ε spent (the accountant's, for σ), the sampling assumption and the
+    participations per client (``summary.json``'s ``privacy``; docs/privacy.md §10), the rule's
+    bias on the exact ``W`` and on the noisy ``Ŵ`` (``bias.json``; docs/server-rules.md), and the
+    analytic noise levels.
     A run that diverged is kept with ``status = 'diverged'``: a sweep point where privacy noise
     broke training is a result, not an error."""
     summary = _read_json(run_dir / "summary.json")
@@ -52,13 +54,17 @@ def read_row(scenario: scenario_mod.Scenario, budget: Budget, point: SweepPoint,
     return SweepRow(
         xi=point.xi, xi_over_C=point.xi / budget.C, gamma=point.gamma, sigma=_finite(priv.get("sigma", budget.sigma)),
         epsilon_target=budget.epsilon_target, epsilon_spent=_finite(priv.get("epsilon_spent")), delta=budget.delta,
+        sampling=budget.sampling, claim=budget.claim, sampling_rate=budget.q, max_participations=budget.max_participations,
+        noise_cohort=budget.M,
         rule=rule, seed=scenario.seed, status=str(summary.get("status", status)),
         steps=int(summary.get("steps", 0) or 0),
+        participations_max=_finite(priv.get("participations_max")), participations_mean=_finite(priv.get("participations_mean")),
+        clients_at_cap=None if priv.get("clients_at_cap") is None else _finite(priv.get("clients_at_cap")),
         final_accuracy=_finite(final.get("accuracy")), final_loss=_finite(final.get("loss")),
         bias_exact=_finite(bias.get(key)), bias_noisy=_finite((bias.get("noisy_w") or {}).get(key)),
         bias_momentum=_finite(bias.get("momentum")),
-        update_noise_std=update_noise_std(budget.sigma, budget.clip, point.xi, budget.C),
-        count_noise_std=count_noise_std(point.xi, budget.C),
+        update_noise_std=update_noise_std(budget.sigma, budget.clip, point.xi, budget.M),
+        count_noise_std=count_noise_std(point.xi, budget.M),
         run_dir=str(run_dir),
     )
 

@@ -16,8 +16,10 @@ RULES: tuple[str, ...] = ("ma-light", "ma-full", "momentum")
 #: bias.json key of each rule's own coefficients (docs/server-rules.md: naive momentum is ``A = M``)
 BIAS_KEY: dict[str, str] = {"ma-light": "ma_light", "ma-full": "ma_full", "momentum": "momentum"}
 COLUMNS: tuple[str, ...] = (
-    "xi", "xi_over_C", "gamma", "sigma", "epsilon_target", "epsilon_spent", "delta", "rule", "seed",
-    "status", "steps", "final_accuracy", "final_loss", "bias_exact", "bias_noisy", "bias_momentum",
+    "xi", "xi_over_C", "gamma", "sigma", "epsilon_target", "epsilon_spent", "delta",
+    "sampling", "claim", "sampling_rate", "max_participations", "noise_cohort", "rule", "seed",
+    "status", "steps", "participations_max", "participations_mean", "clients_at_cap",
+    "final_accuracy", "final_loss", "bias_exact", "bias_noisy", "bias_momentum",
     "update_noise_std", "count_noise_std", "run_dir",
 )
 
@@ -28,23 +30,37 @@ class SweepError(AsyncFLError):
 
 @dataclass(frozen=True)
 class Budget:
-    """The sweep's fixed privacy parameters: ``sigma`` σ (calibrated once to
-    ``epsilon_target`` at ``delta``, or given), ``q = C/N``, ``steps`` T, ``clip`` S_Δ, ``C``."""
+    """The sweep's fixed privacy parameters: ``sigma`` σ (calibrated once to ``epsilon_target``
+    at ``delta`` for the sampling assumption's releases, or given), the assumption (``sampling``,
+    its ``claim`` and ``statement``; docs/privacy.md §5–6) with ``q`` (Poisson: M/N) or
+    ``max_participations`` (k), ``steps`` T, ``clip`` S_Δ, ``C`` and the ``noise_cohort`` M."""
 
     sigma: float
     epsilon_target: float | None
     delta: float
     accountant: str
-    q: float
+    q: float | None
     steps: int
     clip: float
     C: int
+    sampling: str = "poisson"
+    claim: str = "approximation"
+    statement: str = ""
+    max_participations: int | None = None
+    noise_cohort: int | None = None
+
+    @property
+    def M(self) -> int:
+        """The noise cohort M (the buffer C without one): the noise levels are σS/M and ξ/M."""
+        return self.C if self.noise_cohort is None else self.noise_cohort
 
     def describe(self) -> str:
+        releases = (f"{self.steps} steps at q = M/N = {self.q:.4g}" if self.q is not None
+                    else f"k = {self.max_participations} participations per client")
         how = ("given (privacy.noise_multiplier)" if self.epsilon_target is None else
-               f"calibrated to ε = {self.epsilon_target:g}, δ = {self.delta:g} over {self.steps} steps "
-               f"at q = C/N = {self.q:.4g} ({self.accountant})")
-        return f"σ = {self.sigma:.6g} {how}"
+               f"calibrated to ε = {self.epsilon_target:g}, δ = {self.delta:g} for {releases} ({self.accountant})")
+        cohort = f", noise cohort M = {self.M} (ε of that deployment)" if self.M != self.C else ""
+        return f"σ = {self.sigma:.6g} {how}{cohort}; {self.sampling}: {self.statement or self.claim}"
 
 
 @dataclass(frozen=True)
@@ -67,10 +83,18 @@ class SweepRow:
     epsilon_target: float | None
     epsilon_spent: float
     delta: float
+    sampling: str
+    claim: str
+    sampling_rate: float | None
+    max_participations: int | None
+    noise_cohort: int
     rule: str
     seed: int
     status: str
     steps: int
+    participations_max: float
+    participations_mean: float
+    clients_at_cap: float | None  # None without a participation cap
     final_accuracy: float
     final_loss: float
     bias_exact: float

@@ -107,18 +107,21 @@ def write_markdown(rows: Sequence[SweepRow], budget: Budget, path: Path, scenari
     lines = [
         f"# Privacy–utility sweep: {name}",
         "",
-        f"{budget.describe()}; S_Δ = {budget.clip:g}, C = {budget.C}, T = {budget.steps}. "
-        "Update noise std per coordinate `σ S_Δ ξ / (C √(ξ² − σ²))`, count noise std `ξ / C` (docs/privacy.md). "
+        f"{budget.describe()}; S_Δ = {budget.clip:g}, C = {budget.C}, noise cohort M = {budget.M}, T = {budget.steps}. "
+        f"The reported ε is {'an approximation' if budget.claim == 'approximation' else 'a guarantee'} "
+        f"(privacy.sampling = {budget.sampling!r}, docs/privacy.md §5–6). "
+        "Update noise std per coordinate `σ S_Δ ξ / (M √(ξ² − σ²))`, count noise std `ξ / M` (docs/privacy.md §2, §7). "
         "Bias = `‖A W − M‖_F / ‖M‖_F` with `A` computed on the server's noisy `Ŵ`, measured on the exact `W` "
         "and on `Ŵ` (docs/server-rules.md); naive momentum (`A = M`) does not depend on `Ŵ`.",
         "",
-        "| ξ | ξ/C | γ | σ | ε spent | δ | rule | seed | status | final accuracy | final loss | bias (exact W) | bias (noisy Ŵ) | update noise std | count noise std |",
-        "|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| ξ | ξ/C | γ | σ | ε spent | δ | sampling | rule | seed | status | participations (max / mean) | final accuracy | final loss | bias (exact W) | bias (noisy Ŵ) | update noise std | count noise std |",
+        "|---:|---:|---:|---:|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.xi:.4g} | {r.xi_over_C:.3g} | {r.gamma:.4g} | {r.sigma:.4g} | {r.epsilon_spent:.4g} | {r.delta:g} | {r.rule} | "
-            f"{r.seed} | {r.status} | {_fmt(r.final_accuracy)} | {_fmt(r.final_loss)} | {_fmt(r.bias_exact)} | "
+            f"| {r.xi:.4g} | {r.xi_over_C:.3g} | {r.gamma:.4g} | {r.sigma:.4g} | {r.epsilon_spent:.4g} | {r.delta:g} | "
+            f"{r.sampling} ({r.claim}) | {r.rule} | {r.seed} | {r.status} | {_fmt(r.participations_max, '.0f')} / "
+            f"{_fmt(r.participations_mean, '.3g')} | {_fmt(r.final_accuracy)} | {_fmt(r.final_loss)} | {_fmt(r.bias_exact)} | "
             f"{_fmt(r.bias_noisy)} | {r.update_noise_std:.4g} | {r.count_noise_std:.4g} |"
         )
     agg = aggregate(rows)

@@ -1,0 +1,130 @@
+"""The sampling assumptions a reported ε can rest on (``privacy.sampling``, registered in
+:data:`asyncfl.config.registries.SAMPLINGS`; docs/privacy.md §5–7).
+
+Every server step is one Gaussian mechanism with noise multiplier σ with respect to each client
+whose upload it holds (docs/privacy.md §1). What a whole run releases about one client — the
+:class:`~asyncfl.privacy.accountants.Releases` the accountant composes — is not a property of
+the mechanism but of who takes part in which step, and that is the assumption:
+
+* :data:`POISSON` (``"poisson"``, an **approximation**): every step is accounted as a Poisson
+  sample of the population at rate ``q = M/N`` (``M`` the noise cohort, by default the buffer
+  ``C``), ``T`` steps: ``Releases(T, q)``. Neither protocol Poisson-samples (§5).
+* :data:`PARTICIPATION_CAP` (``"participation-cap"``, a **guarantee**): the engine lets no client
+  contribute to more than ``k = max_participations`` steps and at most once per step, and ε is
+  that of ``k`` Gaussian releases without amplification: ``Releases(k)``, whatever the dispatch
+  order, the latencies or the availability (§6).
+
+An assumption answers :meth:`SamplingAssumption.releases` (the whole run, what σ is calibrated
+for), :meth:`SamplingAssumption.so_far` (after ``t`` steps: the ε curve of ``privacy.csv``),
+:meth:`SamplingAssumption.cap` (what the engine enforces) and the statement a run reports.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NamedTuple
+
+from asyncfl.privacy.accountants import Releases
+
+
+class RunShape(NamedTuple):
+    """What a sampling assumption needs to know of a run (docs/privacy.md §5–7)."""
+
+    protocol: str  # server.protocol
+    clients: int  # N
+    buffer: int  # C: the uploads a step sums (at most C in a short synchronous round)
+    noise_cohort: int  # M ≥ C: the uploads the simulated deployment's step sums
+    steps: int  # T
+    max_participations: int | None  # k (participation-cap only)
+
+
+class SamplingAssumption(ABC):
+    """One way of accounting a run (docs/privacy.md §5–6). ``claim`` is ``"approximation"`` or
+    ``"guarantee"``: what a reader may call the ε it gives."""
+
+    name: str = ""
+    claim: str = ""
+
+    @abstractmethod
+    def releases(self, shape: RunShape) -> Releases:
+        """The releases of the whole run about one client: what σ is calibrated for."""
+
+    @abstractmethod
+    def so_far(self, shape: RunShape, steps: int, most_participations: int) -> Releases | None:
+        """The releases after ``steps`` server steps, in which the most-used client has
+        contributed to ``most_participations`` of them (None: nothing released yet)."""
+
+    def cap(self, shape: RunShape) -> int | None:
+        """The participation cap the engine enforces (None: no cap)."""
+        return None
+
+    def parameters(self, shape: RunShape) -> dict[str, Any]:
+        """``sampling_rate`` (q, or None) and ``max_participations`` (k, or None) for the summary."""
+        return {"sampling_rate": None, "max_participations": self.cap(shape)}
+
+    @abstractmethod
+    def statement(self, shape: RunShape) -> str:
+        """One sentence for the run summary: what the ε rests on and why it is what it is."""
+
+
+class Poisson(SamplingAssumption):
+    """``Releases(T, q = M/N)``: the calibration production systems and pfl-research's simulations
+    use. An approximation in both protocols (docs/privacy.md §5)."""
+
+    name = "poisson"
+    claim = "approximation"
+
+    def rate(self, shape: RunShape) -> float:
+        """``q = M/N`` (``M = C`` without a noise cohort)."""
+        return shape.noise_cohort / shape.clients
+
+    def releases(self, shape: RunShape) -> Releases:
+        return Releases(shape.steps, self.rate(shape))
+
+    def so_far(self, shape: RunShape, steps: int, most_participations: int) -> Releases | None:
+        return Releases(steps, self.rate(shape)) if steps >= 1 else None
+
+    def parameters(self, shape: RunShape) -> dict[str, Any]:
+        return {"sampling_rate": self.rate(shape), "max_participations": None}
+
+    def statement(self, shape: RunShape) -> str:
+        q = self.rate(shape)
+        if shape.protocol == "sync":
+            why = ("a synchronous cohort is a fixed-size sample without replacement of the idle, online clients "
+                   "(with over-selection only its first C arrivals contribute), not a Poisson sample")
+        else:
+            why = ("FedBuff does not sample: it dispatches from the idle population as others arrive, a client in "
+                   "flight cannot be picked and one whose upload a step just took can be dispatched again at once, so "
+                   "amplification by subsampling does not follow from the protocol")
+        return (f"an approximation: every one of the {shape.steps} steps is accounted as a Poisson sample of the "
+                f"population at rate q = M/N = {q:.4g}, but {why} (docs/privacy.md §5)")
+
+
+class ParticipationCap(SamplingAssumption):
+    """``Releases(k)``: k-fold composition of the Gaussian mechanism, no amplification. A
+    guarantee for any dispatch order, given what the engine enforces (docs/privacy.md §6)."""
+
+    name = "participation-cap"
+    claim = "guarantee"
+
+    def cap(self, shape: RunShape) -> int | None:
+        if shape.max_participations is None:
+            raise ValueError("participation-cap needs max_participations")
+        return int(shape.max_participations)
+
+    def releases(self, shape: RunShape) -> Releases:
+        return Releases(int(self.cap(shape) or 0))
+
+    def so_far(self, shape: RunShape, steps: int, most_participations: int) -> Releases | None:
+        return Releases(most_participations) if most_participations >= 1 else None
+
+    def statement(self, shape: RunShape) -> str:
+        k = self.cap(shape)
+        return (f"a guarantee: no client contributed to more than k = {k} server steps, nor twice to one step "
+                f"(enforced by the engine), so user-level (ε, δ)-DP follows from the {k}-fold composition of the "
+                "Gaussian mechanism without amplification, for any dispatch order, latencies and availability "
+                "(docs/privacy.md §6)")
+
+
+POISSON = Poisson()
+PARTICIPATION_CAP = ParticipationCap()
