@@ -35,7 +35,7 @@ from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import UsageError
 from asyncfl.run.parallel import InProcess, RunJob, run_jobs
 from asyncfl.run.runner import run_to_dir_blocking
-from asyncfl.studies.stats import mean_ci95
+from asyncfl.figures.ci import mean_ci
 from asyncfl.studies.sweep.grid import Axis, Grid, labels, parse_grid, parse_seeds, point_name, points
 
 from conftest import make_raw
@@ -164,12 +164,12 @@ def test_summary_is_the_mean_and_student_t_interval_over_seeds(scenario_file, tm
         assert np.isnan(acc).all() and summary[rule]["accuracy_mean"] == ""  # a regression task has no accuracy
 
 
-def test_mean_ci95_against_scipy():
+def test_the_sweep_summary_interval_is_scipys():
     xs = [0.81, 0.79, 0.84, 0.8, 0.83]
     lo, hi = stats.t.interval(0.95, len(xs) - 1, loc=np.mean(xs), scale=stats.sem(xs))
-    ci = mean_ci95(xs)
+    ci = mean_ci(xs)
     assert ci.mean == pytest.approx(np.mean(xs), rel=1e-15) and (ci.low, ci.high) == pytest.approx((lo, hi), rel=1e-12)
-    assert mean_ci95([1.0, math.nan, float("inf")]).n == 1 and math.isnan(mean_ci95([2.0]).half)
+    assert mean_ci([1.0, math.nan, float("inf")]).n == 1 and math.isnan(mean_ci([2.0]).half)
 
 
 def test_a_diverging_point_is_recorded_and_the_others_run(scenario_file, tmp_path):

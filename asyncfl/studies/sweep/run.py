@@ -32,7 +32,7 @@ from asyncfl.errors import RunDirError, UsageError
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.run.rundir import atomic_write, read_json
-from asyncfl.studies.stats import mean_ci95
+from asyncfl.figures.ci import mean_ci
 from asyncfl.studies.sweep.grid import Axis, Grid
 
 SPEC_NAME = "sweep.toml"
@@ -154,7 +154,7 @@ def summary_rows(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, 
         summary = {k: members[0][k] for k in keys}
         summary.update(runs=len(members), completed=len(done))
         for metric in METRICS:
-            ci = mean_ci95(_num(r[metric]) for r in done)
+            ci = mean_ci(_num(r[metric]) for r in done)
             summary[f"{metric}_mean"], summary[f"{metric}_ci95"] = ci.mean, ci.half
         out.append(summary)
     return out
