@@ -117,6 +117,31 @@ class _Batcher:
     def clear(self) -> None:
         self._pending = []
 
+    def split(self, live: Pending, slots: int) -> list[Pending]:
+        """``live`` in contiguous groups of about one worker's share, at most ``slots`` of them
+        (all ``slots`` before the first flush has measured a share)."""
+        share = self._threshold
+        parts = slots if not math.isfinite(share) else max(1, min(slots, round(len(live) / share)))
+        return _chunks(live, parts)
+
+
+class _GroupExecutor:
+    """What the process and Ray executors share: unbatched, a job goes out at once as a group
+    of one; batched, :class:`_Batcher` collects the groups. Subclasses send a group
+    (``_send(group, batched)``) and split a batch (``_ship``)."""
+
+    _batcher: _Batcher | None
+
+    def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
+        if self._batcher is not None:
+            return self._batcher.submit(job)
+        future = asyncio.get_running_loop().create_future()
+        self._send([(job, future)], batched=False)
+        return future
+
+    def _send(self, group: Pending, batched: bool) -> None:
+        raise NotImplementedError
+
 
 def _chunks(items: list, parts: int) -> list[list]:
     """``items`` in at most ``parts`` contiguous chunks whose sizes differ by at most one."""
@@ -291,7 +316,7 @@ def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | byte
             results.put((group_id, None, f"{type(exc).__name__}: {exc}"))
 
 
-class ProcessExecutor:
+class ProcessExecutor(_GroupExecutor):
     """``workers`` spawned processes, each building the task once. A model version travels to a
     worker with its first job there and later jobs only name it; tensors travel as numpy arrays
     (by value: cheaper than shared-memory handles for client-sized models). A reader thread
@@ -337,19 +362,11 @@ class ProcessExecutor:
             sent.popitem(last=False)
         return (key, array)
 
-    def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
-        if self._batcher is not None:
-            return self._batcher.submit(job)
-        future = asyncio.get_running_loop().create_future()
-        self._send([(job, future)], batched=False)
-        return future
-
     def _ship_groups(self, live: Pending) -> None:
-        """A batch that is larger than a worker's share is split across the least loaded ones."""
-        parts = max(1, min(len(self._procs), round(len(live) / max(self._batcher._threshold, 1))
-                           if math.isfinite(self._batcher._threshold) else len(self._procs)))
+        """A batch larger than a worker's share is split across the least loaded workers."""
+        assert self._batcher is not None
         by_load = sorted(range(len(self._procs)), key=self._load.__getitem__)
-        for worker, group in zip(by_load, _chunks(live, parts)):
+        for worker, group in zip(by_load, self._batcher.split(live, len(self._procs))):
             self._send(group, batched=True, worker=worker)
 
     def _send(self, group: Pending, batched: bool, worker: int | None = None) -> None:
@@ -432,7 +449,7 @@ def _ray_train(source_key: str, source_box: list, client: ClientConfig, threads:
     return _train_group(task, client, jobs, batched)
 
 
-class RayExecutor:
+class RayExecutor(_GroupExecutor):
     """Ray remote tasks. ``ray.init()`` (``num_cpus = run.workers``, on loopback) or
     ``ray.init(address=run.ray_address)`` unless Ray is already initialised (then that session
     is used and left running). Each model version is ``ray.put`` once and every job of that
@@ -462,17 +479,9 @@ class RayExecutor:
         self._slots = max(1, int(ray.cluster_resources().get("CPU", run.workers))) if run.batched else 1
         self._batcher = _Batcher(self._groups, parts=GROUPS_PER_WORKER * self._slots) if run.batched else None
 
-    def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
-        if self._batcher is not None:
-            return self._batcher.submit(job)
-        future = asyncio.get_running_loop().create_future()
-        self._send([(job, future)], batched=False)
-        return future
-
     def _groups(self, live: Pending) -> None:
-        threshold = self._batcher._threshold
-        parts = max(1, min(self._slots, round(len(live) / threshold) if math.isfinite(threshold) else self._slots))
-        for group in _chunks(live, parts):
+        assert self._batcher is not None
+        for group in self._batcher.split(live, self._slots):
             self._send(group, batched=True)
 
     def _send(self, group: Pending, batched: bool) -> None:
