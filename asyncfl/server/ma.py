@@ -56,7 +56,7 @@ import scipy.linalg.lapack
 import torch
 
 from asyncfl.server.aggregation import Aggregate
-from asyncfl.server.rules import RuleOutput, ServerRule
+from asyncfl.server.rules import RuleOutput, ServerRule, lookahead
 
 TargetKind = Literal["momentum", "nesterov"]
 TARGETS: tuple[str, ...] = ("momentum", "nesterov")
@@ -568,5 +568,5 @@ class MALight(_MARule):
         w = version_row(aggregate.weights, t)
         u, v = ma_light_coefficients(w, state.b, target_row(light_fit_kind(self.target), self.beta, t))
         h = torch.mul(state.buffer, v).add_(aggregate.r, alpha=u)  # two passes over d, like momentum
-        m = h if self.target == "momentum" else aggregate.r + self.beta * h
+        m = h if self.target == "momentum" else lookahead(aggregate.r, h, self.beta)
         return RuleOutput(m, MALightState(t, h, _light_buffer(w, state.b, u, v)), np.array([u, v]))

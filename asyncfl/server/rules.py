@@ -87,29 +87,30 @@ class Momentum(ServerRule):
     def init(self, theta: torch.Tensor) -> TraceState:
         return TraceState(torch.zeros_like(theta), False)
 
+    def trace(self, aggregate: Aggregate, state: TraceState) -> torch.Tensor:
+        """The heavy-ball buffer ``h_t = β h_{t−1} + r_t`` (one new tensor per step: torch.add
+        with alpha fuses the scale and the sum)."""
+        return torch.add(aggregate.r, state.trace, alpha=self.beta) if state.started else aggregate.r.clone()
+
     def direction(self, aggregate: Aggregate, state: TraceState) -> RuleOutput:
-        # one new tensor per step (torch.add with alpha fuses the scale and the sum)
-        m = torch.add(aggregate.r, state.trace, alpha=self.beta) if state.started else aggregate.r.clone()
+        m = self.trace(aggregate, state)
         return RuleOutput(m, TraceState(m, True))
 
 
-class Nesterov(ServerRule):
-    """``h_t = β h_{t−1} + r_t``, ``m_t = r_t + β h_t``; target ``1+β`` at ``s = t``,
-    ``β^(t−s+1)`` for ``s < t``. Identical to ``torch.optim.SGD(momentum=β, nesterov=True)``."""
+def lookahead(r: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
+    """Nesterov's look-ahead ``m_t = r_t + β h_t`` on a heavy-ball buffer ``h_t`` (shared by
+    :class:`Nesterov` and MA-light's Nesterov target, docs/server-rules.md §5)."""
+    return torch.add(r, h, alpha=beta)
 
-    def __init__(self, beta: float) -> None:
-        self.beta = beta
 
-    @classmethod
-    def from_config(cls, server: Any) -> "Nesterov":
-        return cls(server.beta)
-
-    def init(self, theta: torch.Tensor) -> TraceState:
-        return TraceState(torch.zeros_like(theta), False)
+class Nesterov(Momentum):
+    """``h_t = β h_{t−1} + r_t``, ``m_t = r_t + β h_t``: the heavy-ball buffer with the look-ahead;
+    target ``1+β`` at ``s = t``, ``β^(t−s+1)`` for ``s < t``. Identical to
+    ``torch.optim.SGD(momentum=β, nesterov=True)``."""
 
     def direction(self, aggregate: Aggregate, state: TraceState) -> RuleOutput:
-        h = torch.add(aggregate.r, state.trace, alpha=self.beta) if state.started else aggregate.r.clone()
-        return RuleOutput(torch.add(aggregate.r, h, alpha=self.beta), TraceState(h, True))
+        h = self.trace(aggregate, state)
+        return RuleOutput(lookahead(aggregate.r, h, self.beta), TraceState(h, True))
 
 
 class AdamState(NamedTuple):
