@@ -198,3 +198,26 @@ def test_validation_checks_the_participation_ledger(edit, message):
     bad = checkpoint.Checkpoint(None, scenario.to_toml(), state._replace(participation=edit(state.participation)), rows, {})  # type: ignore[arg-type]
     problems = checkpoint.validate(bad, fresh, scenario)
     assert any(message in p for p in problems), problems
+
+
+def test_a_plug_in_registers_its_own_state_type_and_it_round_trips():
+    from typing import NamedTuple
+
+    class PluginState(NamedTuple):
+        buffer: torch.Tensor
+        steps: int
+
+    try:
+        assert checkpoint.register_state_type(PluginState) is PluginState
+        value = PluginState(torch.arange(3.0), 7)
+        back = checkpoint.decode(checkpoint.encode(value))
+        assert type(back) is PluginState and torch.equal(back.buffer, value.buffer) and back.steps == 7
+
+        class Other(NamedTuple):  # another type of the same name is refused
+            x: int
+
+        Other.__name__ = "PluginState"
+        with pytest.raises(ValueError, match="already registered as PluginState"):
+            checkpoint.register_state_type(Other)
+    finally:
+        checkpoint.STATE_TYPES.pop("PluginState", None)

@@ -180,6 +180,13 @@ def test_tiny_noise_matches_exact_aggregator():
 
 
 # --------------------------------------------------------------------------- noise statistics
+def _noise_draws(agg, ups, true_counts, n, rng):
+    """``n`` aggregates of zero updates: the decoded ``r_t`` (``(n, d)``, pure noise) and the raw
+    counts minus the true ones (``(n, L)``)."""
+    outs = [agg.aggregate(i, ups, rng) for i in range(n)]
+    return np.stack([out.r.numpy() for out in outs]), np.stack([out.raw_counts - true_counts for out in outs])
+
+
 def _chi2_bounds(n: int, m: int) -> tuple[float, float]:
     """Two-sided bounds on Σx²/s² ~ χ²_n for each of m coordinates, family-wise rate ALPHA."""
     a = ALPHA / (2 * m)
@@ -201,12 +208,8 @@ def test_noise_has_std_sigma_S_on_every_coordinate_and_counts_std_xi():
     taus = [0, 1, 3]
     ups = [ClientUpdate(k, 0, t, torch.zeros(d, dtype=torch.float64)) for k, t in enumerate(taus)]
     true_counts = np.bincount(taus, minlength=L)
-    noise_r = np.empty((n, d))
-    noise_c = np.empty((n, L))
-    for i in range(n):
-        out = agg.aggregate(i, ups, rng)
-        noise_r[i] = out.r.numpy() * C  # = noise on the first d coordinates
-        noise_c[i] = out.raw_counts - true_counts  # = noise / γ, std ξ
+    r, noise_c = _noise_draws(agg, ups, true_counts, n, rng)
+    noise_r = r * C  # = noise on the first d coordinates; noise_c = noise / γ, std ξ
     lo, hi = _chi2_bounds(n, d + L)
     stat_r = (noise_r**2).sum(axis=0) / (sigma * S) ** 2
     stat_c = (noise_c**2).sum(axis=0) / xi**2
@@ -243,12 +246,7 @@ def test_noise_cohort_scales_the_noise_of_the_sums_by_C_over_M(M):
     taus = [0, 2, 2]
     ups = [ClientUpdate(k, 0, t, torch.zeros(d, dtype=torch.float64)) for k, t in enumerate(taus)]
     true_counts = np.bincount(taus, minlength=L)
-    r_noise = np.empty((n, d))
-    c_noise = np.empty((n, L))
-    for i in range(n):
-        out = agg.aggregate(i, ups, rng)
-        r_noise[i] = out.r.numpy()  # the decoded r_t itself: its noise is the deployment's σS/M
-        c_noise[i] = out.raw_counts - true_counts
+    r_noise, c_noise = _noise_draws(agg, ups, true_counts, n, rng)  # r_t's noise: the deployment's σS/M
     lo, hi = _chi2_bounds(n, d + L)
     stat_r = (r_noise**2).sum(axis=0) / (sigma * S / M) ** 2
     stat_c = (c_noise**2).sum(axis=0) / (xi * C / M) ** 2

@@ -28,7 +28,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -304,7 +303,6 @@ class Progress:
     done: int = 0
     failed: int = 0
     reused: int = 0
-    started: float = field(default_factory=time.perf_counter)
     run_wall: list[float] = field(default_factory=list)
 
     def eta(self, running: int) -> float:
@@ -346,8 +344,3 @@ def run_jobs(jobs: Iterable[RunJob], backend: Backend,
     for outcome in backend.run(todo):
         record(outcome)
     return [outcomes[name] for name in names]
-
-
-def remove_run(out: Path) -> None:
-    """Delete a run directory (a sweep whose grid shrank, when asked to)."""
-    shutil.rmtree(out, ignore_errors=True)

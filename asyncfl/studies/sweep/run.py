@@ -33,7 +33,7 @@ from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.run.rundir import atomic_write, read_json
 from asyncfl.figures.ci import mean_ci
-from asyncfl.studies.sweep.grid import Axis, Grid
+from asyncfl.studies.sweep.grid import Grid
 
 SPEC_NAME = "sweep.toml"
 SPEC_VERSION = 1
@@ -95,12 +95,6 @@ def reconcile(out: Path, grid: Grid, extend: bool) -> None:
                              f"(the same keys, each with all its old values, and all old seeds)")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / SPEC_NAME, lambda p: p.write_text(tomli_w.dumps(new), encoding="utf-8"))
-
-
-def grid_of_spec(spec: dict[str, Any]) -> Grid:
-    """The :class:`Grid` a ``sweep.toml`` records."""
-    return Grid(Path(spec["scenario"]), tuple(spec["set"]), tuple(Axis(a["key"], tuple(a["values"])) for a in spec["grid"]),
-                tuple(spec["seeds"]))
 
 
 # ---------------------------------------------------------------------------------------------
