@@ -31,31 +31,11 @@ import torch
 
 from asyncfl.config.tasks import MNIST1DTask
 from asyncfl.tasks import build_task
-from asyncfl.tasks.base import Task
+from asyncfl.tasks.pooled import train_pooled
 
 #: the MNIST-1D README's test accuracies (table "Comparing MNIST and MNIST-1D")
 PUBLISHED = {"logreg": 0.32, "mlp": 0.68, "cnn": 0.94}
 LABELS = {"logreg": "logistic regression", "mlp": "MLP", "cnn": "CNN"}
-
-
-def train_pooled(task: Task, steps: int, lr: float = 1e-2, batch: int = 100, eval_every: int = 250) -> tuple[float, float]:
-    """Adam on the pooled training data from ``task.initial_theta``; (final, best) test accuracy."""
-    data = task.pooled_training_data()
-    theta = task.initial_theta.detach().clone().requires_grad_(True)
-    opt = torch.optim.Adam([theta], lr=lr)
-    best = 0.0
-    n = len(data)
-    for step in range(steps + 1):
-        start = (step * batch) % n
-        x, y = data.x[start:start + batch], data.y[start:start + batch]
-        loss = task.loss_fn(task.outputs(theta, x), y).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % eval_every == 0:
-            best = max(best, task.evaluate(theta.detach())["accuracy"])
-    final = task.evaluate(theta.detach())["accuracy"]
-    return final, max(best, final)
 
 
 def main(argv: list[str] | None = None) -> int:

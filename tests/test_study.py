@@ -126,12 +126,12 @@ def test_dp_scenarios_carry_the_spec_privacy_and_short_tuning_runs_keep_the_full
     raw = tomllib.loads(SMALL.read_text())
     raw.update(dp=[False, True], privacy={"epsilon": 2.0, "delta": 1e-6, "xi": 5.0, "clip": 0.5}, tuning={"steps": 10})
     study = study_from_raw(raw)
-    full = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, True, 0.1, raw["steps"]))
+    full = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, "dp", 0.1, raw["steps"]))
     assert full.privacy.enabled and full.privacy.epsilon == 2.0 and full.privacy.noise_multiplier is None
     assert (full.privacy.xi, full.privacy.clip, full.privacy.delta) == (5.0, 0.5, 1e-6)
-    short = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, True, 0.1, 10))
+    short = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, "dp", 0.1, 10))
     assert short.privacy.epsilon is None
     sigma = calibrate_sigma(2.0, 1e-6, raw["buffer"] / raw["defaults"]["population.clients"], raw["steps"], "pld")
     assert short.privacy.noise_multiplier == pytest.approx(sigma, rel=1e-9)
-    nodp = study.scenario(Point("synthetic", "sync-momentum", 3, 0, False, 0.1, 20))
+    nodp = study.scenario(Point("synthetic", "sync-momentum", 3, 0, "nodp", 0.1, 20))
     assert not nodp.privacy.enabled and nodp.server.protocol == "sync" and nodp.server.cohort == raw["buffer"]

@@ -103,6 +103,14 @@ class RunsDisplay:
         elif not self.quiet:
             warn(f"{self.label}: {total} runs, {slots} at a time")
 
+    def extend(self, total: int) -> None:
+        """More runs than announced (a study widening its learning-rate grids)."""
+        self.total = total
+        if self._progress is not None:
+            self._progress.update(self._bar, total=total)
+        elif not self.quiet:
+            warn(f"{self.label}: now {total} runs")
+
     def finished(self, name: str, status: str, wall: float, reused: bool, eta: float) -> None:
         self.done += 1
         self.failed += status != "completed"

@@ -29,8 +29,14 @@ def cmd_study(args: argparse.Namespace) -> int:
     def on_run(outcome: RunOutcome, progress: Progress) -> None:
         display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
 
+    def on_total(n: int) -> None:  # the first call announces the runs, later ones add widened grid points
+        if display.total:
+            display.extend(n)
+        else:
+            display.start(n, backend.slots)
+
     try:
-        run_study(study, Path(args.out), progress=on_run, total_hook=lambda n: display.start(n, backend.slots), backend=backend,
+        run_study(study, Path(args.out), progress=on_run, total_hook=on_total, backend=backend,
                   fmt=args.format or "png")
     finally:
         display.close()

@@ -29,6 +29,8 @@ DIGITS_SAMPLES, DIGITS_FEATURES, DIGITS_CLASSES = 1797, 64, 10
 #: mnist1d task: signal length and classes
 MNIST1D_LENGTH, MNIST1D_CLASSES = 40, 10
 MNIST1D_TRAIN, MNIST1D_TEST = 4000, 1000  # the canonical split of make_dataset()
+#: mnist1d task: make_dataset()'s number of signals and its training fraction
+MNIST1D_CANONICAL_SAMPLES, MNIST1D_TRAIN_FRACTION = 5000, 0.8
 
 
 def _mlp_params(sizes: list[int]) -> int:
@@ -186,13 +188,16 @@ class DigitsTask(TaskSection):
 
 
 class GaussianMLPTask(TaskSection):
-    """Gaussian inputs, labels = argmax of a fixed random linear map, a one-hidden-layer MLP."""
+    """Gaussian inputs, labels = argmax of a fixed random linear map, a one-hidden-layer MLP.
+    ``label_alpha`` (unset: IID clients) skews every client's labels: its class proportions are
+    drawn from Dir(label_alpha · 1), and the test set is class-balanced (docs/tasks.md §5)."""
 
     name: Literal["gaussian-mlp"] = "gaussian-mlp"
     dim: Annotated[int, Field(ge=1, le=100_000)] = 32
     classes: Annotated[int, Field(ge=2, le=10_000)] = 10
     samples_per_client: Annotated[int, Field(ge=1, le=10**6)] = 50
     hidden: Annotated[int, Field(ge=1, le=100_000)] = 64
+    label_alpha: PosFloat | None = None
 
     def model_params(self) -> int:
         return _mlp_params([self.dim, self.hidden, self.classes])
@@ -213,12 +218,22 @@ class GaussianMLPTask(TaskSection):
 class MNIST1DTask(TaskSection):
     """The canonical MNIST-1D (``mnist1d.data.make_dataset()``, generated offline): its 4000
     training signals split non-IID by Dirichlet(``dirichlet_alpha``), its 1000 test signals the
-    test set (docs/tasks.md §6)."""
+    test set (docs/tasks.md §6). ``samples`` (unset: the canonical 5000) asks ``make_dataset``
+    for more signals from the same templates and seed, for populations beyond 4000 clients."""
 
     name: Literal["mnist1d"] = "mnist1d"
     dirichlet_alpha: PosFloat = 0.3
     model: Literal["mlp", "cnn", "logreg"] = "mlp"
     hidden: Annotated[int, Field(ge=1, le=100_000)] = 100
+    samples: Annotated[int, Field(ge=100, le=2_000_000)] | None = None
+
+    @property
+    def train_test(self) -> tuple[int, int]:
+        """(training, test) signals: 4000/1000 canonically, else make_dataset's 80/20 cut."""
+        if self.samples is None:
+            return MNIST1D_TRAIN, MNIST1D_TEST
+        train = int(self.samples * MNIST1D_TRAIN_FRACTION)
+        return train, self.samples - train
 
     def model_params(self) -> int:
         if self.model == "logreg":
@@ -229,20 +244,20 @@ class MNIST1DTask(TaskSection):
         return (5 * 16 + 16) + (16 * 16 * 5 + 16) + _mlp_params([16 * (MNIST1D_LENGTH // 4), MNIST1D_CLASSES])
 
     def mean_samples_per_client(self, clients: int) -> float:
-        return MNIST1D_TRAIN / clients
+        return self.train_test[0] / clients
 
     def sample_bytes(self) -> int:
         return MNIST1D_LENGTH * 4 + 8
 
     def test_samples(self, clients: int) -> float:
-        return float(MNIST1D_TEST)
+        return float(self.train_test[1])
 
     def build_bytes(self, clients: int) -> int:
         # make_dataset's float64 signals (train and test), kept cached once per process
-        return self.data_bytes(clients) + (MNIST1D_TRAIN + MNIST1D_TEST) * MNIST1D_LENGTH * 8 * 3
+        return self.data_bytes(clients) + sum(self.train_test) * MNIST1D_LENGTH * 8 * 3
 
     def size_keys(self) -> tuple[str, ...]:
-        return ("population.clients", "task.model", "task.hidden")
+        return ("population.clients", "task.samples", "task.model", "task.hidden")
 
 
 TaskConfig = QuadraticTask | SyntheticTask | DigitsTask | GaussianMLPTask | MNIST1DTask

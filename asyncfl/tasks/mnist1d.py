@@ -47,23 +47,29 @@ class MNIST1DArrays(NamedTuple):
     y_test: np.ndarray
 
 
-def generate() -> dict:
-    """``mnist1d.data.make_dataset()`` with its default arguments, leaving numpy's and Python's
-    global random state as it found them (the package seeds both with its seed 42)."""
-    from mnist1d.data import make_dataset  # third-party, imports matplotlib: only when the task is built
+def generate(samples: int | None = None) -> dict:
+    """``mnist1d.data.make_dataset()`` with its default arguments (``samples`` given: the same
+    arguments with ``num_samples = samples``), leaving numpy's and Python's global random state
+    as it found them (the package seeds both with its seed 42)."""
+    from mnist1d.data import get_dataset_args, make_dataset  # third-party, imports matplotlib: only when built
 
     np_state, py_state = np.random.get_state(), random.getstate()
     try:
-        return make_dataset()
+        if samples is None:
+            return make_dataset()
+        args = get_dataset_args()
+        args.num_samples = samples
+        return make_dataset(args)
     finally:
         np.random.set_state(np_state)
         random.setstate(py_state)
 
 
-@functools.lru_cache(maxsize=1)
-def canonical_arrays() -> MNIST1DArrays:
-    """The canonical MNIST-1D as float32 / int64 arrays, generated once per process (read-only)."""
-    data = generate()
+@functools.lru_cache(maxsize=2)
+def canonical_arrays(samples: int | None = None) -> MNIST1DArrays:
+    """The canonical MNIST-1D as float32 / int64 arrays (``samples`` given: that many signals
+    from the same generator, 80 % training), generated once per process (read-only)."""
+    data = generate(samples)
     arrays = MNIST1DArrays(
         np.ascontiguousarray(data["x"], dtype=np.float32), np.asarray(data["y"], dtype=np.int64),
         np.ascontiguousarray(data["x_test"], dtype=np.float32), np.asarray(data["y_test"], dtype=np.int64),
@@ -90,7 +96,7 @@ def mnist1d_model(kind: str, hidden: int) -> nn.Module:
 def build_mnist1d(cfg: MNIST1DTask, num_clients: int, seed: int) -> Task:
     """Build the mnist1d task (see module docstring)."""
     rng, torch_seed = task_streams(seed)
-    data = canonical_arrays()
+    data = canonical_arrays(cfg.samples)
     parts = dirichlet_split(data.y, num_clients, cfg.dirichlet_alpha, rng)
     # torch.tensor copies: the cached arrays stay read-only and shared between tasks
     X, Y = torch.tensor(data.x), torch.tensor(data.y)

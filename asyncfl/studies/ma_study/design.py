@@ -16,8 +16,8 @@ from typing import Any
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.memory import check_memory
 from asyncfl.errors import ScenarioError
-from asyncfl.privacy import calibrate_sigma
-from asyncfl.studies.ma_study.spec import StudyError, StudySpec, TaskEntry, parse_spec, read_spec_file
+from asyncfl.privacy.aggregator import resolve_sigma, run_shape
+from asyncfl.studies.ma_study.spec import NODP, PrivacyEntry, StudyError, StudySpec, TaskEntry, parse_spec, read_spec_file
 
 
 @dataclass(frozen=True)
@@ -28,13 +28,17 @@ class Point:
     method: str
     K: int
     seed: int
-    dp: bool
+    privacy: str  # NODP, or the name of a [[privacy]] setting
     lr: float
     steps: int
 
     @property
+    def dp(self) -> bool:
+        return self.privacy != NODP
+
+    @property
     def dp_label(self) -> str:
-        return "dp" if self.dp else "nodp"
+        return self.privacy
 
     def rel_dir(self) -> Path:
         return Path("runs") / self.task / self.dp_label / f"K{self.K}" / self.method / f"lr{self.lr:g}" / f"T{self.steps}-s{self.seed}"
@@ -62,11 +66,20 @@ class Study:
         self.spec = spec
         self.base_dir = base_dir
         self.source = source
-        self._sigma: dict[str, float] = {}
+        self._sigma: dict[tuple[str, str, str], float] = {}
         self.tasks = {t.name: t for t in spec.tasks}
+        self.privacy = {p.name: p for p in spec.privacy_settings}
         problems: list[str] = []
         if len(self.tasks) != len(spec.tasks):
             problems.append("tasks: task names must be unique")
+        if len(self.privacy) != len(spec.privacy_settings) or NODP in self.privacy:
+            problems.append(f"privacy: the names of the settings must be unique and not {NODP!r}")
+        for i, p in enumerate(spec.privacy_settings):
+            for t in p.tasks or []:
+                if t not in self.tasks:
+                    problems.append(f"privacy[{i}].tasks: {t!r} is not a task of the study ({', '.join(self.tasks)})")
+            if sum(x is not None for x in (p.xi, p.gamma, p.xi_over_sigma)) > 1:
+                problems.append(f"privacy[{i}] ({p.name}): give at most one of xi, gamma, xi_over_sigma")
         for method in spec.methods:
             if self.spec.lr_grid.of(method) is None:
                 problems.append(f"lr_grid.{method}: required for every method in methods (a list of server learning rates)")
@@ -86,12 +99,12 @@ class Study:
         for i, task in enumerate(spec.tasks):
             for method in spec.methods:
                 for K in self.concurrencies(method):
-                    for dp in spec.dp:
-                        point = Point(task.name, method, K, spec.seeds[0], dp, self.spec.lr_grid.of(method)[0], spec.steps)
+                    for label in self.settings_of(task.name):
+                        point = Point(task.name, method, K, spec.seeds[0], label, self.spec.lr_grid.of(method)[0], spec.steps)
                         try:
                             check_memory(self.scenario(point))  # and that it fits this machine
                         except ScenarioError as exc:
-                            where = f"tasks[{i}] ({task.name}), {method}, K={K}, dp={dp}"
+                            where = f"tasks[{i}] ({task.name}), {method}, K={K}, privacy={label}"
                             problems.extend(f"{where}: {p}" for p in exc.problems)
         if problems:
             raise StudyError(sorted(set(problems), key=problems.index), source)
@@ -105,6 +118,22 @@ class Study:
                 path = self.base_dir / path
             raw = scenario_mod.load(path).to_dict()
         return raw
+
+    def settings_of(self, task: str) -> list[str]:
+        """The privacy labels the task runs under: NODP (when ``dp`` holds false), then every DP
+        setting that applies to it (when ``dp`` holds true)."""
+        labels = [NODP] if False in self.spec.dp else []
+        if True in self.spec.dp:
+            labels += [p.name for p in self.spec.privacy_settings if p.tasks is None or task in p.tasks]
+        return labels
+
+    @property
+    def settings(self) -> list[str]:
+        """Every privacy label of the study, in spec order."""
+        return list(dict.fromkeys(label for t in self.spec.tasks for label in self.settings_of(t.name)))
+
+    def seeds_of(self, label: str) -> list[int]:
+        return self.spec.seeds_of(label != NODP)
 
     def concurrencies(self, method: str) -> list[int]:
         C = self.spec.buffer
@@ -120,28 +149,42 @@ class Study:
         return {"server.protocol": "fedbuff", "server.rule": rule, "server.ma_target": target, "server.cohort": None}
 
     def privacy_overrides(self, point: Point, clients: int) -> dict[str, Any]:
+        """The ``[privacy]`` keys of a point. σ is that of the *full* run (the study's ``steps``):
+        a shorter tuning run is given it as ``noise_multiplier``, so it sees the full run's noise."""
         if not point.dp:
             return {"privacy.enabled": False}
-        p = self.spec.privacy
+        p = self.privacy[point.privacy]
         out: dict[str, Any] = {
             "privacy.enabled": True, "privacy.delta": p.delta, "privacy.accountant": p.accountant,
             "privacy.counts": p.counts, "privacy.xi": p.xi, "privacy.gamma": p.gamma,
-            "privacy.epsilon": p.epsilon, "privacy.noise_multiplier": None,
+            "privacy.epsilon": p.epsilon, "privacy.noise_multiplier": None, "privacy.sampling": p.sampling,
+            "privacy.max_participations": p.max_participations, "privacy.noise_cohort": p.noise_cohort,
         }
         if p.clip is not None:
             out["privacy.clip"] = p.clip
-        if point.steps != self.spec.steps:
-            # A shorter tuning run must see the noise of the full run: σ calibrated for the
-            # study's ``steps`` (the accountant composes over the run's own steps otherwise).
-            out["privacy.epsilon"] = None
-            out["privacy.noise_multiplier"] = self.sigma(point.task, clients)
+        if p.xi_over_sigma is not None or point.steps != self.spec.steps:
+            sigma = self.sigma(point, clients)
+            if p.xi_over_sigma is not None:
+                out["privacy.xi"] = p.xi_over_sigma * sigma
+            if point.steps != self.spec.steps:
+                out["privacy.epsilon"] = None
+                out["privacy.noise_multiplier"] = sigma
         return out
 
-    def sigma(self, task: str, clients: int) -> float:
-        if task not in self._sigma:
-            p = self.spec.privacy
-            self._sigma[task] = float(calibrate_sigma(p.epsilon, p.delta, self.spec.buffer / clients, self.spec.steps, p.accountant))
-        return self._sigma[task]
+    def sigma(self, point: Point, clients: int) -> float:
+        """σ of the point's DP setting for the study's full run, by the runner's own calibration
+        (:func:`~asyncfl.privacy.aggregator.resolve_sigma`: the sampling assumption, the noise
+        cohort, the participation cap)."""
+        protocol = "sync" if point.method == "sync-momentum" else "fedbuff"
+        key = (point.task, point.privacy, protocol)
+        if key not in self._sigma:
+            p: PrivacyEntry = self.privacy[point.privacy]
+            cfg = scenario_mod.PrivacyConfig(enabled=True, epsilon=p.epsilon, delta=p.delta, accountant=p.accountant,
+                                             sampling=p.sampling, max_participations=p.max_participations,
+                                             noise_cohort=p.noise_cohort)
+            shape = run_shape(cfg, protocol, clients, self.spec.buffer, self.spec.steps)
+            self._sigma[key] = float(resolve_sigma(cfg, shape)[0])
+        return self._sigma[key]
 
     def scenario(self, point: Point) -> scenario_mod.Scenario:
         task = self.tasks[point.task]
@@ -167,7 +210,8 @@ class Study:
         scenario the report describes the task with."""
         spec = self.spec
         method = spec.methods[0]
-        return Point(task, method, self.concurrencies(method)[0], spec.seeds[0], False, spec.lr_grid.of(method)[0], spec.steps)
+        label = self.settings_of(task)[0]
+        return Point(task, method, self.concurrencies(method)[0], self.seeds_of(label)[0], label, spec.lr_grid.of(method)[0], spec.steps)
 
 
 def load_spec(path: str | Path) -> Study:

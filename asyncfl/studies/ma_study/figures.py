@@ -25,8 +25,8 @@ from asyncfl.figures.ci import mean_ci, mean_ci_columns
 from asyncfl.figures.style import METRIC_LABELS, STEP_LABEL, TIME_LABEL, figure, save, styled, title
 from asyncfl.studies.ma_study.design import Study
 from asyncfl.studies.ma_study.results import read_metrics
-from asyncfl.studies.ma_study.spec import METHOD_LABELS
-from asyncfl.studies.ma_study.tables import Rows, group
+from asyncfl.studies.ma_study.spec import METHOD_LABELS, NODP
+from asyncfl.studies.ma_study.tables import Rows, group, paired_speedup
 
 COLORS = {
     "fedbuff-sgd": "tab:gray", "fedbuff-momentum": "tab:red", "fedbuff-nesterov": "tab:orange",
@@ -64,8 +64,8 @@ def _time_band(ax: Any, curves: list[list[dict[str, float]]], key: str, color: s
 
 
 @styled
-def plot_curves(study: Study, out: Path, rows: Rows, task: str, dp: int, fmt: str = "png") -> str:
-    """``curves_<task>_<dp>.FORMAT`` in ``out``; returns its name."""
+def plot_curves(study: Study, out: Path, rows: Rows, task: str, label: str, fmt: str = "png") -> str:
+    """``curves_<task>_<privacy label>.FORMAT`` in ``out``; returns its name."""
     spec = study.spec
     groups = group(rows)
     Ks = [m * spec.buffer for m in spec.k_multiples]
@@ -77,7 +77,7 @@ def plot_curves(study: Study, out: Path, rows: Rows, task: str, dp: int, fmt: st
         t_async = 0.0  # the time panels end with the FedBuff runs (the sync curve is cut there)
         for method in spec.methods:
             key_K = study.concurrencies(method)[0] if method == "sync-momentum" else K
-            curves = _curves(out, groups.get((task, dp, method, key_K), []))
+            curves = _curves(out, groups.get((task, label, method, key_K), []))
             if not curves:
                 continue
             if method != "sync-momentum":
@@ -105,11 +105,11 @@ def plot_curves(study: Study, out: Path, rows: Rows, task: str, dp: int, fmt: st
         axes[0][j].set_title(f"K = {K // spec.buffer}C = {K}")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=4)
-    n = len(spec.seeds_of(bool(dp)))
+    n = len(study.seeds_of(label))
     spread = f"mean ± 95 % CI over {n} seeds" if n > 1 else "one seed: no interval"
-    dp_text = "DP (ε = %g, δ = %g)" % (spec.privacy.epsilon, spec.privacy.delta) if dp else "no DP"
-    title(fig, spec.name, f"{task}, {dp_text}, C = {spec.buffer}: {spread}")
-    name = f"curves_{task}_{'dp' if dp else 'nodp'}.{fmt}"
+    dp_text = f"DP {label}: {study.privacy[label].describe()}" if label in study.privacy else "no DP"
+    title(fig, spec.name, f"{task}, C = {spec.buffer}: {spread}\n{dp_text}")
+    name = f"curves_{task}_{label}.{fmt}"
     save(fig, out / name, fmt)
     return name
 
@@ -131,7 +131,7 @@ def plot_bias(study: Study, out: Path, rows: Rows, fmt: str = "png") -> str:
     """``bias.FORMAT`` in ``out``; returns its name."""
     spec = study.spec
     groups = group(rows)
-    dps = list(spec.dp)
+    dps = study.settings
     fig = figure(max(8.0, 4.6 * len(dps) + 0.6), 3.4 * len(spec.tasks) + 1.3)
     axes = fig.subplots(len(spec.tasks), len(dps), squeeze=False, sharex=True)
     Ks = [m * spec.buffer for m in spec.k_multiples]
@@ -141,7 +141,7 @@ def plot_bias(study: Study, out: Path, rows: Rows, fmt: str = "png") -> str:
             for method in spec.methods:
                 if method == "sync-momentum":
                     continue
-                stats = [mean_ci(row["bias"] for row in groups.get((task.name, int(dp), method, K), [])) for K in Ks]
+                stats = [mean_ci(row["bias"] for row in groups.get((task.name, dp, method, K), [])) for K in Ks]
                 means = np.array([s.mean for s in stats])
                 halves = np.array([s.half for s in stats])
                 # a bias is ≥ 0: the interval is cut at 0 below
@@ -150,15 +150,63 @@ def plot_bias(study: Study, out: Path, rows: Rows, fmt: str = "png") -> str:
             ax.set_xscale("log")
             ax.set_xticks(Ks, [f"{m}C = {m * spec.buffer}" for m in spec.k_multiples])
             ax.minorticks_off()
-            ax.set_title(f"{task.name}, {'DP' if dp else 'no DP'}")
+            ax.set_title(f"{task.name}, {'no DP' if dp == NODP else 'DP ' + dp}")
             if c == 0:
                 ax.set_ylabel("bias ‖AW − M‖_F / ‖M‖_F")
             if r == len(spec.tasks) - 1:
                 ax.set_xlabel("concurrency K (clients in flight)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=3)
-    n = max(len(spec.seeds_of(bool(dp))) for dp in dps)
+    n = max(len(study.seeds_of(dp)) for dp in dps)
     title(fig, spec.name, "bias of each rule on its own W" + (f"\n(mean ± 95 % CI over {n} seeds)" if n > 1 else ""))
     name = f"bias.{fmt}"
+    save(fig, out / name, fmt)
+    return name
+
+
+@styled
+def plot_speedup_vs_bias(study: Study, out: Path, rows: Rows, fmt: str = "png") -> str | None:
+    """``speedup_vs_bias.FORMAT``: for every (task, privacy, K) and MA rule, the paired speed-up
+    over naive momentum (geometric mean over seeds, 95 % CI bars) against the bias reduction
+    ``1 − bias_MA / bias_momentum`` (means over seeds). ``None`` when no pair reached the target."""
+    spec = study.spec
+    groups = group(rows)
+    markers = {label: mk for label, mk in zip(study.settings, "osD^vP*X")}
+    fig = figure(7.2, 5.0)
+    ax = fig.subplots()
+    drawn = False
+    for task in spec.tasks:
+        for label in study.settings_of(task.name):
+            for m in spec.k_multiples:
+                K = m * spec.buffer
+                base = groups.get((task.name, label, "fedbuff-momentum", K), [])
+                b = mean_ci(r["bias"] for r in base).mean
+                for method in ("fedbuff-ma-full", "fedbuff-ma-light"):
+                    ma = groups.get((task.name, label, method, K), [])
+                    ps = paired_speedup(base, ma)
+                    if ps.n == 0 or not np.isfinite(b) or b <= 0:
+                        continue
+                    x = 1.0 - mean_ci(r["bias"] for r in ma).mean / b
+                    yerr = [[ps.geo - ps.low], [ps.high - ps.geo]] if ps.n > 1 else None
+                    ax.errorbar([x], [ps.geo], yerr=yerr, fmt=markers[label], color=COLORS[method], ms=5, capsize=3,
+                                alpha=0.85, mfc="white" if task is not spec.tasks[0] else COLORS[method])
+                    drawn = True
+    if not drawn:
+        fig.clf()
+        return None
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhspan(1.15, 4.0, color="tab:olive", alpha=0.10, lw=0, label="paper's 1.15–4× range")
+    ax.set_yscale("log")
+    ax.set_xlabel("bias reduction 1 − bias(MA) / bias(momentum)")
+    ax.set_ylabel("steps-to-target speed-up over momentum")
+    from matplotlib.lines import Line2D  # matplotlib only when a figure is drawn
+
+    handles = [Line2D([], [], color=COLORS[m], marker="o", ls="", label=METHOD_LABELS[m]) for m in ("fedbuff-ma-full", "fedbuff-ma-light")]
+    handles += [Line2D([], [], color="gray", marker=mk, ls="", label="no DP" if lab == NODP else f"DP {lab}") for lab, mk in markers.items()]
+    handles += [Line2D([], [], color="gray", marker="o", ls="", mfc="white", label=f"open: task {t.name}") for t in spec.tasks[1:]]
+    handles += ax.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3)
+    title(fig, spec.name, "speed-up against bias reduction (each point: one task × privacy × K; 95 % CI over seeds)")
+    name = f"speedup_vs_bias.{fmt}"
     save(fig, out / name, fmt)
     return name

@@ -52,3 +52,24 @@ def run_bias(run_dir: Path, method: str) -> float:
         return float(read_json(run_dir / "bias.json")[key])
     except (OSError, RunDirError, ValueError, KeyError, TypeError):
         return math.nan
+
+
+def run_amplification(run_dir: Path, method: str) -> float:
+    """The noise amplification of the method's own rule, ``‖A‖_F`` relative to naive momentum's,
+    from the run's ``bias.json`` (docs/server-rules.md); 1 for sync (A = M)."""
+    key = BIAS_KEY[method]
+    if key is None:
+        return 1.0
+    try:
+        return float(read_json(run_dir / "bias.json")["amplification"][key])
+    except (OSError, RunDirError, ValueError, KeyError, TypeError):
+        return math.nan
+
+
+def run_epsilon(run_dir: Path) -> float:
+    """The ε a private run spent (``summary.json``); NaN without DP."""
+    try:
+        summary = read_json(run_dir / "summary.json")
+        return float(summary["privacy"]["epsilon_spent"])
+    except (OSError, RunDirError, ValueError, KeyError, TypeError):
+        return math.nan

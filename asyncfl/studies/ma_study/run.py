@@ -14,10 +14,13 @@ from typing import Any, Callable
 
 from asyncfl.run.parallel import Backend, InProcess, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.studies.ma_study.design import Point, Study
-from asyncfl.studies.ma_study.outputs import RESULT_FIELDS, TUNING_FIELDS, write_csv, write_scenarios
-from asyncfl.studies.ma_study.plan import TuningKey, count_runs, plan_tuning, tuning_score
+from asyncfl.studies.ma_study.outputs import POOLED_FIELDS, RESULT_FIELDS, TUNING_FIELDS, write_csv, write_scenarios
+from asyncfl.studies.ma_study.plan import TuningKey, best_of, count_runs, plan_tuning, tuning_score, widened
+from asyncfl.studies.ma_study.pooled import pooled_reference
 from asyncfl.studies.ma_study.report import write_report
-from asyncfl.studies.ma_study.results import first_reach, read_metrics, read_status, run_bias
+from asyncfl.studies.ma_study.results import (first_reach, read_metrics, read_status, run_amplification, run_bias,
+                                              run_epsilon)
+from asyncfl.studies.ma_study.spec import NODP
 
 #: called after every run with its outcome and the counts so far (the CLI's progress display)
 ProgressHook = Callable[[RunOutcome, Progress], None]
@@ -40,59 +43,81 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
     spec = study.spec
     backend = backend or InProcess()
     groups = plan_tuning(study)
+    n_runs = count_runs(study, groups)
     if total_hook is not None:
-        total_hook(count_runs(study, groups))
+        total_hook(n_runs)
     tuned = run_points(study, [p for _, points in groups if len(points) > 1 for p in points], out, backend, progress)
-
-    def run(point: Point) -> str:
-        return tuned[point]
+    grids = {key: list(points) for key, points in groups}
+    # widen every grid whose best learning rate sits at an edge (tuning.widen rounds at most)
+    for _ in range(spec.tuning.widen):
+        extra = {}
+        for key, points in grids.items():
+            if len(points) > 1:
+                scores = [tuning_score(read_metrics(out / p.rel_dir()), tuned[p]) for p in points]
+                nxt = widened(points, scores)
+                if nxt is not None:
+                    extra[key] = nxt
+        if not extra:
+            break
+        n_runs += len(extra)
+        if total_hook is not None:
+            total_hook(n_runs)
+        tuned.update(run_points(study, list(extra.values()), out, backend, progress))
+        for key, point in extra.items():
+            grids[key].append(point)
 
     tuning_rows: list[dict[str, Any]] = []
     chosen: dict[TuningKey, float] = {}
-    for key, points in groups:
+    for key, _ in groups:
+        points = grids[key]
         if not points:
-            chosen[key] = chosen[(key[0], False, key[2], key[3])]
+            chosen[key] = chosen[(key[0], NODP, key[2], key[3])]
             continue
-        best, best_score = points[0], -math.inf
+        if len(points) == 1:
+            chosen[key] = points[0].lr
+            continue
         scored = []
-        for point in points if len(points) > 1 else []:
-            status = run(point)
+        for point in points:
+            status = tuned[point]
             metrics = read_metrics(out / point.rel_dir())
-            score = tuning_score(metrics, status)
-            scored.append((point, score, metrics, status))
-            if score > best_score:
-                best, best_score = point, score
+            scored.append((point, tuning_score(metrics, status), metrics, status))
+        best = scored[best_of([sc for _, sc, _, _ in scored])][0]
         chosen[key] = best.lr
-        for point, score, metrics, status in scored:
+        lrs = sorted(p.lr for p in points)
+        for point, score, metrics, status in sorted(scored, key=lambda item: item[0].lr):
             tuning_rows.append({
-                "task": point.task, "dp": int(point.dp), "K": point.K, "method": point.method, "lr": point.lr,
-                "score": score, "final_accuracy": metrics[-1]["accuracy"] if metrics else math.nan,
-                "status": status, "chosen": int(point.lr == best.lr), "run_dir": str(point.rel_dir()),
+                "task": point.task, "dp": int(point.dp), "privacy": point.privacy, "K": point.K, "method": point.method,
+                "lr": point.lr, "score": score, "final_accuracy": metrics[-1]["accuracy"] if metrics else math.nan,
+                "status": status, "chosen": int(point.lr == best.lr),
+                "edge": int(point.lr == best.lr and best.lr in (lrs[0], lrs[-1])), "run_dir": str(point.rel_dir()),
             })
 
     finals = [Point(key[0], key[3], key[2], seed, key[1], chosen[key], spec.steps)
-              for key, _ in groups for seed in spec.seeds_of(key[1])]
+              for key, _ in groups for seed in study.seeds_of(key[1])]
     status_of = run_points(study, finals, out, backend, progress)
     rows = []
     for key, points in groups:
-        task, dp, K, method = key
+        task, label, K, method = key
         target = study.tasks[task].target_accuracy
-        for seed in spec.seeds_of(dp):
-            point = Point(task, method, K, seed, dp, chosen[key], spec.steps)
+        for seed in study.seeds_of(label):
+            point = Point(task, method, K, seed, label, chosen[key], spec.steps)
             status = status_of[point]
             run_dir = out / point.rel_dir()
             metrics = read_metrics(run_dir)
             step, vtime = first_reach(metrics, target) if status == "completed" else (math.nan, math.nan)
             rows.append({
-                "task": task, "method": method, "K": K, "seed": seed, "dp": int(dp), "lr": chosen[key],
-                "steps_to_target": step, "time_to_target": vtime,
+                "task": task, "method": method, "K": K, "seed": seed, "dp": int(point.dp), "privacy": label,
+                "lr": chosen[key], "steps_to_target": step, "time_to_target": vtime,
                 "final_accuracy": metrics[-1]["accuracy"] if metrics else math.nan,
-                "bias": run_bias(run_dir, method), "target_accuracy": target,
-                "final_loss": metrics[-1]["loss"] if metrics else math.nan, "steps": spec.steps,
-                "status": status, "run_dir": str(point.rel_dir()),
+                "best_accuracy": max((r["accuracy"] for r in metrics), default=math.nan),
+                "bias": run_bias(run_dir, method), "amplification": run_amplification(run_dir, method),
+                "target_accuracy": target, "final_loss": metrics[-1]["loss"] if metrics else math.nan,
+                "steps": spec.steps, "epsilon": run_epsilon(run_dir), "status": status, "run_dir": str(point.rel_dir()),
             })
+    pooled_rows = pooled_reference(study, out)
     write_csv(out / "results.csv", RESULT_FIELDS, rows)
     write_csv(out / "tuning.csv", TUNING_FIELDS, tuning_rows)
+    write_csv(out / "pooled.csv", POOLED_FIELDS, pooled_rows)
     write_scenarios(study, chosen, out / "scenarios")
-    write_report(study, out, rows, tuning_rows, fmt)
-    return {"results": rows, "tuning": tuning_rows, "chosen": chosen}
+    write_report(study, out, rows, tuning_rows, fmt, pooled_rows)
+    return {"results": rows, "tuning": tuning_rows, "chosen": chosen, "pooled": pooled_rows}

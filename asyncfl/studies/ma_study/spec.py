@@ -81,26 +81,53 @@ class TaskEntry(_Section):
     target_accuracy: Annotated[float, Field(gt=0, le=1)]
 
 
-class PrivacyEntry(_Section):
-    """DP settings of the ``dp = true`` runs (docs/privacy.md): (ε, δ), clip S_Δ, and ξ or γ."""
+#: the privacy label of the runs without DP (their folder under ``runs/<task>/``)
+NODP = "nodp"
 
+
+class PrivacyEntry(_Section):
+    """One DP setting of the ``dp = true`` runs (docs/privacy.md): (ε, δ), clip S_Δ, the sampling
+    assumption the ε rests on (``poisson`` or ``participation-cap`` with ``max_participations``),
+    the noise cohort M, and ξ, γ or ``xi_over_sigma`` (ξ = that multiple of the run's σ, so one
+    value fits every ε). ``name`` labels its runs (``runs/<task>/<name>/``); ``tasks`` limits it to
+    some tasks (default: all). A spec gives one ``[privacy]`` table or several ``[[privacy]]``."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,39}$")] = "dp"
     epsilon: Annotated[float, Field(gt=0, le=1e4)] = 2.0
     delta: Annotated[float, Field(gt=0, lt=1)] = 1e-6
     clip: Annotated[float, Field(gt=0, le=1e6)] | None = None  # None: the task scenario's privacy.clip
     xi: Annotated[float, Field(gt=0, le=1e6)] | None = None
     gamma: Annotated[float, Field(gt=0, le=1e6)] | None = None
+    xi_over_sigma: Annotated[float, Field(gt=1, le=1e6)] | None = None
+    sampling: Literal["poisson", "participation-cap"] = "poisson"
+    max_participations: PosInt | None = None
+    noise_cohort: PosInt | None = None
     accountant: Literal["pld", "rdp"] = "pld"
     counts: Literal["raw", "clamp", "project"] = "project"
+    tasks: Annotated[list[str], Field(min_length=1)] | None = None
+
+    def describe(self) -> str:
+        """One line: what the ε of these runs is and rests on."""
+        split = (f"ξ = {self.xi_over_sigma:g}σ" if self.xi_over_sigma is not None else
+                 f"ξ = {self.xi:g}" if self.xi is not None else f"γ = {self.gamma:g}" if self.gamma is not None else "ξ/γ of the task")
+        cap = f", at most {self.max_participations} participations per client" if self.sampling == "participation-cap" else ""
+        cohort = f", noise cohort M = {self.noise_cohort}" if self.noise_cohort is not None else ""
+        return f"ε = {self.epsilon:g}, δ = {self.delta:g} ({self.sampling}{cap}{cohort}; {self.accountant}), {split}, counts `{self.counts}`"
 
 
 class TuningEntry(_Section):
     """Learning-rate tuning budget: one seed, ``steps`` server steps (default: the study's).
     ``dp = "reuse-nodp"`` gives every DP run the learning rate tuned without DP for the same
-    task/K/method (saves the DP tuning runs; needs ``false`` in the study's ``dp``)."""
+    task/K/method (saves the DP tuning runs; needs ``false`` in the study's ``dp``).
+    ``widen`` = n: when the best learning rate of a group is the smallest or largest of its
+    grid, the grid is extended beyond that edge by the ratio of its two outermost values there,
+    up to n times, until the best is an interior point (docs/architecture.md §9)."""
 
     steps: PosInt | None = None
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
     dp: Literal["tune", "reuse-nodp"] = "tune"
+    # up to this many grid points added beyond an edge that won, each one grid ratio further
+    widen: Annotated[int, Field(ge=0, le=10)] = 0
 
 
 class LrGrid(_Section):
@@ -136,8 +163,15 @@ class StudySpec(_Section):
     lr_grid: LrGrid
     defaults: dict[str, Any] = {}
     tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=50)]
-    privacy: PrivacyEntry = PrivacyEntry()
+    privacy: Annotated[list[PrivacyEntry], Field(min_length=1, max_length=20)] = [PrivacyEntry()]
     tuning: TuningEntry = TuningEntry()
+    # pooled (centralised) reference per task and seed: Adam steps (0: none; docs/tasks.md §12)
+    pooled_steps: Annotated[int, Field(ge=0, le=10**6)] = 0
+
+    @property
+    def privacy_settings(self) -> list[PrivacyEntry]:
+        """The DP settings (one ``[privacy]`` table is read as a list of one)."""
+        return list(self.privacy)
 
     def seeds_of(self, dp: bool) -> list[int]:
         """The seeds of the DP (``dp_seeds``, default ``seeds``) or no-DP runs."""
@@ -186,7 +220,13 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
 
 def parse_spec(raw: dict[str, Any], source: str | None = None) -> StudySpec:
     """Validate a raw spec table against the schema (a :class:`StudyError` naming every field)."""
+    table = isinstance(raw.get("privacy"), dict)
+    if table:  # one [privacy] table: a list of one setting, its errors named privacy.KEY
+        raw = {**raw, "privacy": [raw["privacy"]]}
     try:
         return StudySpec.model_validate(raw)
     except ValidationError as exc:
-        raise StudyError(_spec_errors(exc), source) from None
+        problems = _spec_errors(exc)
+        if table:
+            problems = [p.replace("privacy[0]", "privacy", 1) if p.startswith("privacy[0]") else p for p in problems]
+        raise StudyError(problems, source) from None

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from asyncfl.figures.ci import mean_ci
 from asyncfl.studies.ma_study.design import Study
 from asyncfl.studies.ma_study.results import first_reach, read_metrics
 
@@ -31,12 +32,65 @@ def fmt(value: float, digits: int = 3) -> str:
     return "—" if not isinstance(value, (int, float)) or not math.isfinite(value) else f"{value:.{digits}g}"
 
 
-def group(rows: Rows) -> dict[tuple[str, int, str, int], Rows]:
-    """Rows by (task, dp, method, K)."""
-    out: dict[tuple[str, int, str, int], Rows] = defaultdict(list)
+def group(rows: Rows) -> dict[tuple[str, str, str, int], Rows]:
+    """Rows by (task, privacy label, method, K)."""
+    out: dict[tuple[str, str, str, int], Rows] = defaultdict(list)
     for row in rows:
-        out[(row["task"], row["dp"], row["method"], row["K"])].append(row)
+        out[(row["task"], row["privacy"], row["method"], row["K"])].append(row)
     return out
+
+
+class PairedSpeedup(NamedTuple):
+    """Speed-up of one rule over another, paired by seed (same data split and initial model):
+    per seed ``r_s = steps_base / steps_rule``; ``geo`` = the geometric mean ``exp(mean log r_s)``
+    with its 95 % Student-t interval ``[low, high]`` (computed on ``log r_s``) over the ``n``
+    seeds where both reached the target; ``lower_bounds`` = seeds where only the rule did (their
+    ratio is at least ``steps / steps_rule``), ``neither`` / ``base_only`` the others."""
+
+    geo: float
+    low: float
+    high: float
+    n: int
+    lower_bounds: int
+    base_only: int
+    neither: int
+
+    def text(self) -> str:
+        if self.n == 0:
+            extra = f"{self.lower_bounds} seed(s) only MA reached" if self.lower_bounds else "no seed where both reached"
+            return f"— ({extra})"
+        ci = f" [{self.low:.2f}, {self.high:.2f}]" if self.n > 1 else " (n = 1)"
+        notes = []
+        if self.lower_bounds:
+            notes.append(f"+{self.lower_bounds} only MA reached")
+        if self.base_only:
+            notes.append(f"{self.base_only} only momentum reached")
+        return f"{self.geo:.2f}×{ci}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def paired_speedup(base: Rows, rule: Rows, key: str = "steps_to_target") -> PairedSpeedup:
+    """:class:`PairedSpeedup` of ``rule`` over ``base`` on ``key`` (steps or virtual time to target)."""
+    by_seed = {r["seed"]: r for r in base}
+    logs, lower, base_only, neither = [], 0, 0, 0
+    for r in rule:
+        b = by_seed.get(r["seed"])
+        if b is None:
+            continue
+        rb, rr = b[key], r[key]
+        both = math.isfinite(rb) and math.isfinite(rr) and rr > 0 and rb > 0
+        if both:
+            logs.append(math.log(rb / rr))
+        elif math.isfinite(rr):
+            lower += 1
+        elif math.isfinite(rb):
+            base_only += 1
+        else:
+            neither += 1
+    ci = mean_ci(logs)
+    if ci.n == 0:
+        return PairedSpeedup(math.nan, math.nan, math.nan, 0, lower, base_only, neither)
+    half = ci.half if math.isfinite(ci.half) else math.nan
+    return PairedSpeedup(math.exp(ci.mean), math.exp(ci.mean - half), math.exp(ci.mean + half), ci.n, lower, base_only, neither)
 
 
 def reach_summary(runs: Rows, steps: int) -> dict[str, Any]:
@@ -97,25 +151,30 @@ def reach_text(s: dict[str, Any]) -> str:
 
 
 def speedup_table(study: Study, rows: Rows) -> tuple[list[str], dict[str, list[float]]]:
-    """The markdown speed-up table (one line per task × DP × K) and the exact speed-ups per
-    ``method/dp``."""
+    """The markdown speed-up table (one line per task × privacy × K): mean steps to target of
+    momentum and of each MA rule, and each MA rule's speed-up paired by seed with its 95 % CI
+    (:func:`paired_speedup`); and the exact speed-ups (every seed of both reached) per
+    ``method/privacy``."""
     spec = study.spec
     groups = group(rows)
-    lines = ["| task | DP | K | momentum steps | MA-full steps | MA-light steps | MA-full speed-up | MA-light speed-up |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | privacy | K | momentum steps | MA-full steps | MA-light steps | MA-full speed-up [95 % CI] | "
+             "MA-light speed-up [95 % CI] |", "|---|---|---|---|---|---|---|---|"]
     exact: dict[str, list[float]] = defaultdict(list)
     for task in spec.tasks:
-        for dp in spec.dp:
+        for label in study.settings_of(task.name):
             for m in spec.k_multiples:
                 K = m * spec.buffer
-                base = reach_summary(groups.get((task.name, int(dp), "fedbuff-momentum", K), []), spec.steps)
+                base_rows = groups.get((task.name, label, "fedbuff-momentum", K), [])
+                base = reach_summary(base_rows, spec.steps)
                 cells = []
                 for method in ("fedbuff-ma-full", "fedbuff-ma-light"):
-                    ma = reach_summary(groups.get((task.name, int(dp), method, K), []), spec.steps)
+                    ma_rows = groups.get((task.name, label, method, K), [])
+                    ma = reach_summary(ma_rows, spec.steps)
                     value, text = speedup(base, ma)
-                    cells.append((ma, text))
+                    paired = paired_speedup(base_rows, ma_rows)
+                    cells.append((ma, paired.text() if ma_rows and base_rows else text))
                     if text.endswith("×") and not text.startswith(("≥", "≤")) and math.isfinite(value):
-                        exact[f"{method}/{'dp' if dp else 'nodp'}"].append(value)
-                lines.append(f"| {task.name} | {'yes' if dp else 'no'} | {m}C = {K} | {reach_text(base)} | "
+                        exact[f"{method}/{label}"].append(value)
+                lines.append(f"| {task.name} | {label} | {m}C = {K} | {reach_text(base)} | "
                              f"{reach_text(cells[0][0])} | {reach_text(cells[1][0])} | {cells[0][1]} | {cells[1][1]} |")
     return lines, exact
