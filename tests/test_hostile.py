@@ -748,10 +748,12 @@ def _tensor_bytes(task) -> int:
     (QuadraticTask(dim=7, samples_per_client=13), 40, True),
     (QuadraticTask(problem="seed-1d"), 2, True),
     (GaussianMLPTask(dim=9, classes=4, samples_per_client=11, hidden=5), 30, True),
+    (GaussianMLPTask(dim=9, classes=4, samples_per_client=11, hidden=5, label_alpha=0.2), 30, True),
     (SyntheticTask(dim=3, classes=2), 4000, False),
     (SyntheticTask(dim=5, classes=3, model="mlp", hidden=4), 100, False),
     (DigitsTask(model="logreg"), 20, False), (DigitsTask(model="mlp", hidden=12), 20, False), (DigitsTask(model="cnn"), 20, False),
     (MNIST1DTask(model="mlp", hidden=7), 10, False), (MNIST1DTask(model="cnn"), 10, False), (MNIST1DTask(model="logreg"), 10, False),
+    (MNIST1DTask(model="logreg", samples=1500), 10, False),
 ], ids=lambda v: getattr(v, "name", str(v)) + (f"-{v.model}" if hasattr(v, "model") else ""))
 def test_18_task_sizes_match_built_tasks(cfg, clients, exact):
     """The torch-free size formulas against the task built: ``d`` exactly; the data's bytes exactly

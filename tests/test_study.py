@@ -5,18 +5,22 @@ with a message naming the field."""
 from __future__ import annotations
 
 import csv
+import json
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tomli_w
 
 from asyncfl.cli.main import main
 from asyncfl.studies.ma_study.design import Point, study_from_raw
-from asyncfl.studies.ma_study.spec import ALL_METHODS, METHOD_LABELS
-from asyncfl.studies.ma_study.tables import reach_summary, speedup
+from asyncfl.studies.ma_study.plan import widened
+from asyncfl.studies.ma_study.spec import ALL_METHODS, METHOD_LABELS, StudyError
+from asyncfl.studies.ma_study.tables import paired_speedup, reach_summary, speedup
 
 SMALL = Path(__file__).resolve().parents[1] / "analysis" / "study_small.toml"
+PAPER_CI = Path(__file__).resolve().parents[1] / "analysis" / "study_paper_ci.toml"
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +139,103 @@ def test_dp_scenarios_carry_the_spec_privacy_and_short_tuning_runs_keep_the_full
     assert short.privacy.noise_multiplier == pytest.approx(sigma, rel=1e-9)
     nodp = study.scenario(Point("synthetic", "sync-momentum", 3, 0, "nodp", 0.1, 20))
     assert not nodp.privacy.enabled and nodp.server.protocol == "sync" and nodp.server.cohort == raw["buffer"]
+
+
+# -- several DP settings, σ as the runner resolves it, grid widening, paired speed-ups ---------
+def _dp_study(**privacy_overrides):
+    raw = tomllib.loads(SMALL.read_text())
+    settings = [
+        {"name": "eps2", "epsilon": 2.0, "noise_cohort": 20, "xi_over_sigma": 2.0, "clip": 0.5},
+        {"name": "cap", "epsilon": 8.0, "sampling": "participation-cap", "max_participations": 2, "xi": 40.0,
+         "clip": 0.5, "tasks": ["synthetic"], **privacy_overrides},
+    ]
+    raw.update(dp=[False, True], privacy=settings)
+    return raw, study_from_raw(raw)
+
+
+def test_each_dp_setting_gets_the_sigma_a_run_of_its_scenario_would_resolve():
+    """σ of a setting is the runner's own (noise cohort, sampling assumption, cap), computed for
+    the full run; ``xi_over_sigma`` = 2 gives ξ = 2σ. Independent check: resolve_sigma on the
+    point's own validated scenario, and the Poisson calibration at q = M/N = 20/30 directly."""
+    from asyncfl.privacy import calibrate_sigma, resolve_sigma, run_shape
+
+    raw, study = _dp_study()
+    assert study.settings == ["nodp", "eps2", "cap"]
+    sc = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, "eps2", 0.1, raw["steps"]))
+    sigma = calibrate_sigma(2.0, 1e-6, 20 / 30, raw["steps"], "pld")
+    assert sc.privacy.noise_cohort == 20 and sc.privacy.xi == pytest.approx(2 * sigma, rel=1e-9)
+    cap = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, "cap", 0.1, 10))  # a short (tuning) run
+    shape = run_shape(cap.privacy, "fedbuff", 30, raw["buffer"], raw["steps"])
+    full_sigma, releases = resolve_sigma(cap.privacy.model_copy(update={"noise_multiplier": None, "epsilon": 8.0}), shape)
+    assert cap.privacy.sampling == "participation-cap" and cap.privacy.max_participations == 2
+    assert cap.privacy.noise_multiplier == pytest.approx(full_sigma, rel=1e-12) and cap.privacy.xi == 40.0
+
+
+@pytest.mark.parametrize("edit, phrase", [
+    ({"name": "eps2"}, "must be unique"),
+    ({"tasks": ["digits"]}, "privacy[1].tasks: 'digits' is not a task"),
+    ({"xi_over_sigma": 3.0}, "at most one of xi, gamma, xi_over_sigma"),
+])
+def test_bad_dp_settings_are_named(edit, phrase):
+    with pytest.raises(StudyError) as info:
+        _dp_study(**edit)
+    assert phrase in str(info.value)
+
+
+def test_a_grid_is_widened_beyond_the_edge_that_won_by_its_outer_ratio():
+    pts = [Point("t", "fedbuff-momentum", 3, 0, "nodp", lr, 20) for lr in (0.1, 0.3, 1.0)]
+    assert widened(pts, [0.5, 0.6, 0.7]).lr == pytest.approx(1.0 * (1.0 / 0.3), rel=1e-5)  # best at the top: ×3.33
+    assert widened(pts, [0.8, 0.6, 0.7]).lr == pytest.approx(0.1 / 3, rel=1e-5)  # best at the bottom: ÷3
+    assert widened(pts, [0.5, 0.9, 0.7]) is None  # interior
+    assert widened(pts, [float("-inf")] * 3) is None  # every run diverged: nothing to follow
+    assert widened(pts[::-1], [0.7, 0.6, 0.5]).lr == pytest.approx(3.33333, rel=1e-5)  # order of the grid does not matter
+
+
+def test_paired_speedup_is_the_geometric_mean_of_per_seed_ratios_with_a_t_interval():
+    """Seeds 0–2 with momentum/MA steps 60/30, 80/20, 50/50: ratios 2, 4, 1; geometric mean
+    2 = exp(mean(ln 2, ln 4, 0)); 95 % interval exp(m ± t₀.₉₇₅,₂ · s/√3) with s the sample std of
+    the logs (t = 4.3027, by scipy here against the table value). Seed 3 reached only with MA:
+    counted as a lower bound, not in the interval."""
+    from scipy import stats
+
+    nan = float("nan")
+    base = [{"seed": s, "steps_to_target": v} for s, v in enumerate([60.0, 80.0, 50.0, nan])]
+    ma = [{"seed": s, "steps_to_target": v} for s, v in enumerate([30.0, 20.0, 50.0, 40.0])]
+    ps = paired_speedup(base, ma)
+    logs = np.log([2.0, 4.0, 1.0])
+    half = stats.t.ppf(0.975, 2) * logs.std(ddof=1) / np.sqrt(3)
+    assert stats.t.ppf(0.975, 2) == pytest.approx(4.3027, abs=1e-4)
+    assert (ps.n, ps.lower_bounds, ps.base_only, ps.neither) == (3, 1, 0, 0)
+    assert ps.geo == pytest.approx(2.0, rel=1e-12)
+    assert (ps.low, ps.high) == pytest.approx((2.0 * np.exp(-half), 2.0 * np.exp(half)), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_the_ci_sized_paper_study_runs_end_to_end(tmp_path):
+    """analysis/study_paper_ci.toml — the paper-scale spec's structure at CI size — runs on two
+    workers and writes every output: three DP settings (the cap only on its task), the pooled
+    reference per task and seed, tuning rows with the widened points, a report with the paired
+    speed-ups, the sync-vs-pooled table and the speed-up-vs-bias figure. A capped run keeps
+    every client within its k participations."""
+    out = tmp_path / "ci"
+    assert main(["study", str(PAPER_CI), "--out", str(out), "--quiet", "--workers", "2"]) == 0
+    rows = list(csv.DictReader(open(out / "results.csv", newline="")))
+    spec = tomllib.loads(PAPER_CI.read_text())
+    assert {(r["task"], r["privacy"]) for r in rows} == {
+        ("gaussian", "nodp"), ("gaussian", "eps2"), ("gaussian", "eps8"), ("gaussian", "cap-eps8"),
+        ("mnist1d", "nodp"), ("mnist1d", "eps2"), ("mnist1d", "eps8")}
+    assert all(r["status"] == "completed" for r in rows)
+    assert all(float(r["epsilon"]) == pytest.approx(2.0 if r["privacy"] == "eps2" else 8.0, rel=1e-3)
+               for r in rows if r["privacy"] != "nodp" and r["method"] != "sync-momentum")
+    pooled = list(csv.DictReader(open(out / "pooled.csv", newline="")))
+    assert {(p["task"], int(p["seed"])) for p in pooled} == {(t["name"], s) for t in spec["tasks"] for s in spec["seeds"]}
+    tuning = list(csv.DictReader(open(out / "tuning.csv", newline="")))
+    grid = spec["lr_grid"]
+    assert any(float(t["lr"]) not in grid[t["method"]] for t in tuning)  # some grid was widened
+    for r in rows:
+        if r["privacy"] == "cap-eps8":
+            summary = json.loads((out / r["run_dir"] / "summary.json").read_text())
+            assert summary["privacy"]["participations_max"] <= 2
+    report = (out / "report.md").read_text()
+    for phrase in ("95 % CI", "Do the tasks learn?", "speedup_vs_bias.png", "DP setting `cap-eps8` (tasks gaussian)"):
+        assert phrase in report

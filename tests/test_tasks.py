@@ -17,7 +17,7 @@ from asyncfl.config.scenario import DigitsTask, GaussianMLPTask, MNIST1DTask, Qu
 from asyncfl.config.registries import TASKS
 from asyncfl.tasks import ClientData, QuadraticForm, Task, build_task
 from asyncfl.tasks.common import dirichlet_split, label_entropy, task_streams
-from asyncfl.tasks.gaussian_mlp import TEST_SAMPLES, gaussian_mlp_data
+from asyncfl.tasks.gaussian_mlp import TEST_SAMPLES, gaussian_mlp_data, label_skewed_data
 from asyncfl.tasks.mnist1d import canonical_arrays
 from asyncfl.tasks.synthetic import MAX_SAMPLES, covariance_diag, synthetic_devices
 
@@ -293,6 +293,43 @@ def test_gaussian_mlp_labels_come_from_one_shared_map() -> None:
         assert torch.equal(c.x, torch.from_numpy(x)) and torch.equal(c.y, torch.from_numpy(y))
         np.testing.assert_array_equal(c.y.numpy(), np.argmax(c.x.numpy().astype(np.float64) @ V, axis=1))
     assert task.dim == 6 * 8 + 8 + 8 * 4 + 4
+
+
+def test_label_skewed_gaussian_mlp_keeps_the_shared_map_and_fixed_client_sizes() -> None:
+    """With ``label_alpha`` every label is still ``argmax(xᵀV)`` of its input, every client holds
+    ``samples_per_client`` samples, the test set is class-balanced, and the built task is these
+    arrays (same stream)."""
+    task = build_task(GaussianMLPTask(dim=6, classes=4, samples_per_client=40, hidden=8, label_alpha=0.3), 9, 5)
+    rng, _ = task_streams(5)
+    clients, test, V = label_skewed_data(9, 6, 4, 40, 0.3, rng)
+    assert len(task.clients) == 9 and all(len(c) == 40 for c in task.clients)
+    np.testing.assert_array_equal(np.bincount(test[1], minlength=4), [TEST_SAMPLES // 4] * 4)
+    for c, (x, y) in zip(task.clients + [task.test], clients + [test]):
+        assert torch.equal(c.x, torch.from_numpy(x)) and torch.equal(c.y, torch.from_numpy(y))
+        np.testing.assert_array_equal(y, np.argmax(x.astype(np.float64) @ V, axis=1))
+
+
+@pytest.mark.parametrize("alpha", [0.1, 1.0])
+def test_label_skew_matches_the_dirichlet_multinomial_closed_form(alpha: float) -> None:
+    """Client label counts are Dirichlet-multinomial: with ``p ~ Dir(α·1_K)``, ``n_c ~ Mult(n, p)``,
+    ``E[Σ_c (n_c/n)²] = (α + 1)/(Kα + 1)·(1 − 1/n) + 1/n`` — 0.5590 for α = 0.1, K = 10, n = 50
+    and 0.1982 for α = 1 (IID labels would give 1/K + (1 − 1/K)/n = 0.118). Checked over 4000
+    clients (standard error below 0.005)."""
+    K, n, N = 10, 50, 4000
+    clients, _, _ = label_skewed_data(N, 8, K, n, alpha, np.random.default_rng(3))
+    simpson = np.mean([np.sum((np.bincount(y, minlength=K) / n) ** 2) for _, y in clients])
+    want = (alpha + 1) / (K * alpha + 1) * (1 - 1 / n) + 1 / n
+    assert simpson == pytest.approx(want, abs=0.015)
+
+
+def test_mnist1d_samples_asks_the_generator_for_more_signals() -> None:
+    """``samples`` = S gives make_dataset's own 80/20 cut of S signals (the canonical default
+    is 4000/1000); the split covers every training signal exactly once."""
+    cfg = MNIST1DTask(samples=1500, model="logreg")
+    assert cfg.train_test == (1200, 300) and MNIST1DTask().train_test == (4000, 1000)
+    task = build_task(cfg, 30, 0)
+    assert sum(len(c) for c in task.clients) == 1200 and len(task.test) == 300
+    assert canonical_arrays(1500).x.shape == (1200, 40)
 
 
 # -- mnist1d: the canonical data set -----------------------------------------------------------
