@@ -125,9 +125,11 @@ def dirichlet_split(labels: np.ndarray, num_clients: int, alpha: float, rng: np.
     need = min(min_samples, n // num_clients)
     sizes = np.array([len(p) for p in parts])
     for k in np.flatnonzero(sizes < need):
-        while len(parts[k]) < need:
-            donor = int(np.argmax([len(p) for p in parts]))
-            parts[k].append(parts[donor].pop(int(rng.integers(len(parts[donor])))))
+        while sizes[k] < need:
+            donor = int(np.argmax(sizes))  # the first largest client
+            parts[k].append(parts[donor].pop(int(rng.integers(sizes[donor]))))
+            sizes[donor] -= 1
+            sizes[k] += 1
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
