@@ -34,7 +34,7 @@ import numpy as np
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.figures.ci import mean_ci
 from asyncfl.figures.style import figure, save, styled, title
-from asyncfl.run.parallel import make_backend
+from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.ma_study.design import Point, Study, load_spec
 from asyncfl.studies.ma_study.spec import NODP
 from asyncfl.studies.privacy_sweep.plan import resolve_budget
@@ -67,6 +67,11 @@ def base_scenario(study: Study, task: str, K: int, method: str, lr: float, epsil
     return scenario_mod.validate(raw)
 
 
+def _progress(outcome: RunOutcome, progress: Progress) -> None:
+    """One line per finished run (this is long work)."""
+    print(f"  [{progress.done}/{progress.total}] {outcome.status:<9} {outcome.name} ({outcome.wall:.1f} s)", flush=True)
+
+
 def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
     study = load_spec(args.spec)
     out = Path(args.out)
@@ -84,7 +89,8 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
                     where = out / task.name / f"eps{epsilon:g}" / rule
                     print(f"{task.name}, ε = {epsilon:g}, {rule} (server lr {lr:g}): σ = {budget.sigma:.4g}, "
                           f"{len(xis)} ξ × {len(args.seeds)} seeds → {where}", flush=True)
-                    _, sweep_rows = run_sweep(sc, where, xis=xis, rules=[rule], seeds=args.seeds, backend=backend)
+                    _, sweep_rows = run_sweep(sc, where, xis=xis, rules=[rule], seeds=args.seeds, backend=backend,
+                                              on_outcome=_progress)
                     for r in sweep_rows:
                         rows.append({"task": task.name, "K": K, "epsilon": epsilon, "server_lr": lr,
                                      "xi_over_sigma": r.xi / r.sigma, **r.as_dict(),

@@ -120,6 +120,24 @@ def _percent() -> Any:
     return PercentFormatter(xmax=1.0, decimals=0)
 
 
+def _log_ticks() -> Any:
+    from matplotlib.ticker import FixedLocator
+
+    return FixedLocator([0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 10.0])
+
+
+def _times() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{v:g}×")
+
+
+def _blank() -> Any:
+    from matplotlib.ticker import NullFormatter
+
+    return NullFormatter()
+
+
 def _ticks(integer: bool) -> Any:
     from matplotlib.ticker import MaxNLocator
 
@@ -138,6 +156,10 @@ def plot_bias(study: Study, out: Path, rows: Rows, fmt: str = "png") -> str:
     for r, task in enumerate(spec.tasks):
         for c, dp in enumerate(dps):
             ax = axes[r][c]
+            if dp not in study.settings_of(task.name):  # a DP setting limited to other tasks
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, f"{task.name}: not run with {dp}", ha="center", va="center", transform=ax.transAxes, color="gray")
+                continue
             for method in spec.methods:
                 if method == "sync-momentum":
                     continue
@@ -197,6 +219,9 @@ def plot_speedup_vs_bias(study: Study, out: Path, rows: Rows, fmt: str = "png") 
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhspan(1.15, 4.0, color="tab:olive", alpha=0.10, lw=0, label="paper's 1.15–4× range")
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(_log_ticks())
+    ax.yaxis.set_major_formatter(_times())
+    ax.yaxis.set_minor_formatter(_blank())
     ax.set_xlabel("bias reduction 1 − bias(MA) / bias(momentum)")
     ax.set_ylabel("steps-to-target speed-up over momentum")
     from matplotlib.lines import Line2D  # matplotlib only when a figure is drawn
@@ -206,7 +231,7 @@ def plot_speedup_vs_bias(study: Study, out: Path, rows: Rows, fmt: str = "png") 
     handles += [Line2D([], [], color="gray", marker="o", ls="", mfc="white", label=f"open: task {t.name}") for t in spec.tasks[1:]]
     handles += ax.get_legend_handles_labels()[0]
     fig.legend(handles=handles, loc="outside lower center", ncol=3)
-    title(fig, spec.name, "speed-up against bias reduction (each point: one task × privacy × K; 95 % CI over seeds)")
+    title(fig, spec.name, "speed-up against bias reduction\none point per task × privacy × K; bars: 95 % CI over seeds")
     name = f"speedup_vs_bias.{fmt}"
     save(fig, out / name, fmt)
     return name

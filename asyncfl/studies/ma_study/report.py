@@ -15,7 +15,8 @@ from asyncfl.studies.ma_study.design import Study
 from asyncfl.figures.ci import mean_ci
 from asyncfl.studies.ma_study.figures import plot_bias, plot_curves, plot_speedup_vs_bias
 from asyncfl.studies.ma_study.spec import METHOD_LABELS, NODP
-from asyncfl.studies.ma_study.tables import PAPER_SPEEDUP, Rows, fmt, group, reach_summary, reach_text, retarget, speedup_table
+from asyncfl.studies.ma_study.tables import (PAPER_SPEEDUP, Rows, fmt, group, reach_summary, reach_text, retarget,
+                                            speedup_table, time_speedup_table)
 
 
 def _privacy_line(out: Path, rows: Rows, label: str) -> str | None:
@@ -104,6 +105,9 @@ def write_report(study: Study, out: Path, rows: Rows, tuning_rows: Rows, figure_
                      f"configuration(s): min {min(values):.2f}×, median {float(np.median(values)):.2f}×, max {max(values):.2f}×.")
         L.append("")
 
+    L += ["### Speed-up in virtual time (each task's main target)", "",
+          "Paired by seed as above, on the virtual time at which each run first reached the target.", ""]
+    L += time_speedup_table(study, rows) + [""]
     if scatter_png:
         L += ["### Speed-up against bias reduction", "", f"![speed-up against bias reduction]({scatter_png})", ""]
     if pooled_rows:
