@@ -13,7 +13,8 @@ shared VM) touch them alike; the median and the range over rounds are printed.
 2. **One large run on many cores** — the throughput benchmark's FedBuff workload (gaussian-mlp,
    1000 clients, K = 100, C = 50, batch 10, one epoch) with ``run.batched``, on ``processes``
    (2 workers) and on Ray (2 CPUs) against ``inline``: steady client updates per second (from the
-   first server step on, so worker start-up is left out) over ``--steps`` server steps; also
+   first server step to the last, so the workers' start-up and shutdown are left out) over
+   ``--steps`` server steps; also
    for two heavier variants (:data:`WORKLOADS`: hidden 512, and 5 local epochs) over a quarter
    of the steps.
 3. **Start-up** — ``asyncfl --help`` wall time next to ``python -c pass``.
@@ -180,13 +181,15 @@ def _cpu() -> tuple[float, float]:
 
 
 async def _steady(sim: Simulation, clock: _TrainClock) -> RunProfile:
-    first = None
+    """From the first server step's event to the last one's: not the executor's close after it
+    (joining the worker processes; ``ray.shutdown()``, ≈ 1.3 s, where the executor started Ray)."""
+    first = last = None
     async for event in sim.events():
-        if first is None:
-            first = (time.perf_counter(), event.accepted, clock.seconds, *_cpu())
-    end, loop_cpu, process_cpu = time.perf_counter(), *_cpu()
-    return RunProfile(sim.counters.accepted - first[1], end - first[0], clock.seconds - first[2],
-                      loop_cpu - first[3], process_cpu - first[4])
+        mark = (time.perf_counter(), event.accepted, clock.seconds, *_cpu())
+        first, last = first or mark, mark
+    assert first is not None and last is not None and last is not first, "a profile needs two server steps or more"
+    wall, updates, train, loop_cpu, process_cpu = (b - a for a, b in zip(first, last))
+    return RunProfile(updates, wall, train, loop_cpu, process_cpu)
 
 
 def run_profile(executor: str, steps: int, overrides: dict | None = None) -> RunProfile:
