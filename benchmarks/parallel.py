@@ -23,13 +23,14 @@ shared VM) touch them alike; the median and the range over rounds are printed.
 5. **Where a batched step goes** (from the runs of 2) — the inline batched run's wall time per
    update, split in the proportions of its CPU time into the part inside ``train_batched``
    (what a worker pool can take over) and the parent's own (simulation, aggregation,
-   evaluation), measured in the same run (:class:`Bounds`); from it the
-   Amdahl bound on 2 workers sharing 2 cores with the parent, ``T / max(parent, T/2)`` (≤ 2),
-   the same bound with the parent's CPU per update as measured on ``processes`` (messages,
-   receiving the trained models), next to the measured ratios, and the share of the
-   ``processes`` run's wall time its event loop was busy (the rest it waited for workers: each
-   flush needs the uploads of jobs dispatched since the last one, so every step waits for a
-   worker's round trip).
+   evaluation), measured in the same run; from it three upper bounds on 2 workers sharing 2
+   cores with the parent (:class:`Bounds`): Amdahl's, ``T / max(parent, T/2)``; the critical
+   path's, ``T / (parent + train/2)``, since a step's training and the parent's work follow one
+   another (the parent simulates a flush interval far faster than its jobs train, so each
+   flush waits for the groups sent since the last); and that with the measured costs of going
+   remote (the parent's CPU per step on ``processes``, the fixed cost of each group's
+   ``train_batched`` call). Next to them the measured ratios, and the share of the
+   ``processes`` run's wall time its event loop was busy (the rest it waited for workers).
 
     python -m benchmarks.parallel [--rounds 3] [--steps 400] [--skip ray]
 """
@@ -54,9 +55,11 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local Ray i
 import torch  # noqa: E402
 
 from asyncfl.compute import executors  # noqa: E402
+from asyncfl.compute.training import LocalJob, train_batched  # noqa: E402
 from asyncfl.config import scenario as sc  # noqa: E402
 from asyncfl.run.parallel import InProcess, ProcessPool, RayPool, RunJob, run_jobs  # noqa: E402
 from asyncfl.sim.engine import Simulation  # noqa: E402
+from asyncfl.tasks import build_task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.toml"
@@ -134,12 +137,13 @@ def sweep_rate(backend_name: str, jobs: int, scenario: sc.Scenario) -> float:
 
 class RunProfile(NamedTuple):
     """One run's steady window (from its first server step to its last; worker start-up left
-    out): accepted updates, wall seconds, the CPU seconds spent inside ``train_batched`` calls
+    out): server steps, accepted updates, wall seconds, the CPU seconds spent inside ``train_batched`` calls
     made in this process (inline batched only: there they are the work a pool could take
     over), the CPU seconds of the event loop's thread and of the whole process (all its
     threads: the process executor's reader and queue feeders, Ray's own). CPU, not wall, for
     the parts: on a busy machine a part's wall time also counts the time it waited for a core."""
 
+    steps: int
     updates: int
     seconds: float
     train_cpu: float
@@ -185,11 +189,10 @@ async def _steady(sim: Simulation, clock: _TrainClock) -> RunProfile:
     (joining the worker processes; ``ray.shutdown()``, ≈ 1.3 s, where the executor started Ray)."""
     first = last = None
     async for event in sim.events():
-        mark = (time.perf_counter(), event.accepted, clock.seconds, *_cpu())
+        mark = (event.step, event.accepted, time.perf_counter(), clock.seconds, *_cpu())  # RunProfile's order
         first, last = first or mark, mark
     assert first is not None and last is not None and last is not first, "a profile needs two server steps or more"
-    wall, updates, train, loop_cpu, process_cpu = (b - a for a, b in zip(first, last))
-    return RunProfile(updates, wall, train, loop_cpu, process_cpu)
+    return RunProfile(*(b - a for a, b in zip(first, last)))
 
 
 def run_profile(executor: str, steps: int, overrides: dict | None = None) -> RunProfile:
@@ -201,33 +204,66 @@ def run_rate(executor: str, steps: int) -> float:
     return run_profile(executor, steps).rate
 
 
+def group_cost(overrides: dict | None = None, repeats: int = 7) -> tuple[float, float]:
+    """``(fixed, per job)`` CPU seconds of one ``train_batched`` call on the workload's task,
+    for jobs of one model version: the best of ``repeats`` calls of 10 and of 50 jobs, fitted
+    with a line (the fixed part is what every group pays, however small)."""
+    scenario = fedbuff("inline", 2, overrides)
+    task = build_task(scenario.task, scenario.population.clients, scenario.seed)
+    theta = task.initial_theta
+
+    def best(n: int) -> float:
+        jobs = [LocalJob(k, theta, theta, 0.0, k) for k in range(n)]
+        times = []
+        for _ in range(repeats):
+            start = time.thread_time()
+            train_batched(task, scenario.client, jobs)
+            times.append(time.thread_time() - start)
+        return min(times)
+
+    t10, t50 = best(10), best(50)
+    per_job = max(t50 - t10, 0.0) / 40
+    return max(t10 - 10 * per_job, 0.0), per_job
+
+
 class Bounds(NamedTuple):
     """What inline batched's own profile allows 2 workers on 2 cores. Inline's wall time per
     update ``T`` (µs) is split in the proportions of its CPU time: ``train`` inside
     train_batched (what the workers can take over), ``parent`` the rest (simulation,
     aggregation, evaluation: it stays in the parent, on one of the 2 cores).
 
-    * ``amdahl`` — the speed-up if the training moved to the workers for free: the parent's part
-      is serial and every part needs one of the 2 cores, so ``T / max(parent, T / 2)`` ≤ 2;
-    * ``with_overhead`` — the same with the parent's CPU per update measured on ``processes``
-      (bookkeeping, pickling, receiving the trained models), in units of inline's, in place of
-      its inline part: ``T / max(parent', (parent' + train) / 2)``."""
+    * ``amdahl`` — training moved to the workers for free, parent and workers overlapping
+      perfectly: the parent's part is serial and every part needs one of the 2 cores, so
+      ``T / max(parent, T/2)`` ≤ 2;
+    * ``critical`` — the parent and a step's training one after the other, the training split
+      in two: ``T / (parent + train/2)``. This is how the steps go: the parent simulates a
+      flush interval's events in far less time than they take to train (every dispatch is a
+      few µs of simulation), so each flush waits for the groups sent since the last one;
+    * ``with_overhead`` — ``critical`` with the costs a remote step adds, each measured: the
+      parent's CPU per step on ``processes`` (messages, receiving the trained models) in place
+      of its inline part, and the fixed cost of a ``train_batched`` call (:func:`group_cost`),
+      which each worker's group pays again (the inline step paid it once). The round trips'
+      latency is still left out: an upper bound."""
 
     total: float
     train: float
     parent: float
     amdahl: float
+    critical: float
     with_overhead: float
 
 
-def bounds(inline: RunProfile, remote: RunProfile | None = None) -> Bounds:
+def bounds(inline: RunProfile, remote: RunProfile | None = None, fixed_cpu: float = 0.0) -> Bounds:
     share = inline.train_cpu / inline.process_cpu  # CPU proportions: robust to waiting for a core
     total = 1e6 * inline.seconds / inline.updates
     amdahl = 1.0 / max(1.0 - share, 0.5)
-    if remote is None:
-        return Bounds(total, share * total, (1 - share) * total, amdahl, math.nan)
-    parent = (remote.process_cpu / remote.updates) / (inline.process_cpu / inline.updates)
-    return Bounds(total, share * total, (1 - share) * total, amdahl, 1.0 / max(parent, (parent + share) / 2))
+    critical = 1.0 / ((1.0 - share) + share / 2)
+    with_overhead = math.nan
+    if remote is not None:  # per step, in units of inline's CPU per step
+        step_cpu = inline.process_cpu / inline.steps
+        parent, fixed = (remote.process_cpu / remote.steps) / step_cpu, min(fixed_cpu / step_cpu, share)
+        with_overhead = 1.0 / (parent + fixed + (share - fixed) / 2)
+    return Bounds(total, share * total, (1 - share) * total, amdahl, critical, with_overhead)
 
 
 def startup() -> tuple[float, float]:
@@ -303,20 +339,23 @@ def main() -> None:
                 ratios = [x.rate / ref.rate for x, ref in zip(profiles[w][k], profiles[w]["inline"])]
                 print(f"   {w:10} {k:9} {spread([p.rate for p in profiles[w][k]])} upd/s   ratio {spread(ratios)}")
         print("5. where inline batched spends a step, and what 2 workers on 2 cores could gain (medians; wall µs per update):")
-        print("   train = inside train_batched (a pool can take it over), parent = the rest (simulation,"
-              " aggregation, evaluation);")
-        print("   Amdahl = T / max(parent, T/2); +overhead = the same with the parent's CPU measured on processes;"
-              " busy = processes' event loop CPU ÷ wall")
-        print(f"   {'workload':10} {'inline':>7} {'train':>6} {'parent':>7} {'Amdahl':>7} {'+overhead':>9} "
-              f"{'processes':>9} {'ray':>5} {'busy':>5}")
-        for w in WORKLOADS:
+        print("   train = inside train_batched (a pool can take it over), parent = the rest (simulation, aggregation,"
+              " evaluation); bounds: Amdahl = T / max(parent, T/2),")
+        print("   critical = T / (parent + train/2) (a step's training waits for the parent, the parent for it),"
+              " +overhead = critical with the parent's CPU on processes")
+        print("   and a train_batched call's fixed cost paid by each group (fixed); busy = processes' event loop CPU ÷ wall")
+        print(f"   {'workload':10} {'inline':>7} {'train':>6} {'parent':>7} {'fixed':>6} {'Amdahl':>7} {'critical':>8} "
+              f"{'+overhead':>9} {'processes':>9} {'ray':>5} {'busy':>5}")
+        for w, overrides in WORKLOADS.items():
             ps = profiles[w]
-            bs = [bounds(i, p) for i, p in zip(ps["inline"], ps["processes"])]
-            med = lambda xs: statistics.median(xs)  # noqa: E731
+            fixed, _ = group_cost(overrides)
+            bs = [bounds(i, p, fixed) for i, p in zip(ps["inline"], ps["processes"])]
+            med = statistics.median
             ratio = lambda k: med([x.rate / ref.rate for x, ref in zip(ps[k], ps["inline"])]) if k in ps else math.nan  # noqa: E731
-            print(f"   {w:10} {med([b.total for b in bs]):7.1f} {med([b.train for b in bs]):6.1f} "
-                  f"{med([b.parent for b in bs]):7.1f} {med([b.amdahl for b in bs]):6.2f}x {med([b.with_overhead for b in bs]):8.2f}x "
-                  f"{ratio('processes'):8.2f}x {ratio('ray'):4.2f}x {med([p.loop_cpu / p.seconds for p in ps['processes']]):5.0%}")
+            print(f"   {w:10} {med([b.total for b in bs]):7.1f} {med([b.train for b in bs]):6.1f} {med([b.parent for b in bs]):7.1f} "
+                  f"{1e3 * fixed:4.2f}ms {med([b.amdahl for b in bs]):6.2f}x {med([b.critical for b in bs]):7.2f}x "
+                  f"{med([b.with_overhead for b in bs]):8.2f}x {ratio('processes'):8.2f}x {ratio('ray'):4.2f}x "
+                  f"{med([p.loop_cpu / p.seconds for p in ps['processes']]):5.0%}")
 
     if "startup" not in skip:
         help_s, pass_s = startup()

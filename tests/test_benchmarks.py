@@ -43,11 +43,17 @@ def test_parallel_benchmark_profiles_a_batched_run_and_times_a_sweep(tmp_path):
     from benchmarks import parallel
 
     inline = parallel.run_profile("inline", 3)
-    assert inline.updates >= 2 * 50 and 0 < inline.train_cpu < inline.process_cpu and inline.rate > 0
+    assert inline.steps == 2 and inline.updates >= 2 * 50 and 0 < inline.train_cpu < inline.process_cpu and inline.rate > 0
     b = parallel.bounds(inline)
-    assert b.train + b.parent == pytest.approx(b.total) and 1 < b.amdahl <= 2 and b.with_overhead != b.with_overhead
-    # a remote parent costing inline's whole CPU per update leaves nothing to gain
-    assert parallel.bounds(inline, inline._replace(train_cpu=0.0)).with_overhead == pytest.approx(1.0)
+    assert b.train + b.parent == pytest.approx(b.total) and 1 < b.critical <= b.amdahl <= 2 and b.with_overhead != b.with_overhead
+    # a remote parent costing inline's whole CPU per step loses the workers' half of the training
+    share = inline.train_cpu / inline.process_cpu
+    assert parallel.bounds(inline, inline).with_overhead == pytest.approx(1 / (1 + share / 2))
+    # a free remote parent and no fixed cost: the two halves of the training alone
+    free = parallel.bounds(inline, inline._replace(process_cpu=0.0))
+    assert free.with_overhead == pytest.approx(2 * inline.process_cpu / inline.train_cpu)
+    fixed, per_job = parallel.group_cost(repeats=2)
+    assert fixed >= 0 and per_job > 0
     heavy = parallel.fedbuff("inline", 3, parallel.WORKLOADS["5 epochs"])
     assert heavy.client.epochs == 5 and heavy.run.batched
     timing = parallel.sweep_timing("workers1", 2, parallel.sc.validate(parallel.TINY))
