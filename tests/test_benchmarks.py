@@ -36,3 +36,25 @@ def test_mnist1d_pooled_benchmark_trains_each_model():
     final, best = train_pooled(build_task(MNIST1DTask(model="logreg"), 1, 0), steps=40, eval_every=20)
     assert 0.1 < final <= best <= 1.0  # beats chance after 40 steps
     assert set(PUBLISHED) == {"logreg", "mlp", "cnn"}
+
+
+def test_parallel_benchmark_profiles_a_batched_run_and_times_a_sweep(tmp_path):
+    """The one-large-run profile (benchmarks/parallel.py §2, §5) and the sweep's phases (§1)."""
+    from benchmarks import parallel
+
+    inline = parallel.run_profile("inline", 3)
+    assert inline.steps == 2 and inline.updates >= 2 * 50 and 0 < inline.train_cpu < inline.process_cpu and inline.rate > 0
+    b = parallel.bounds(inline)
+    assert b.train + b.parent == pytest.approx(b.total) and 1 < b.critical <= b.amdahl <= 2 and b.with_overhead != b.with_overhead
+    # a remote parent costing inline's whole CPU per step loses the workers' half of the training
+    share = inline.train_cpu / inline.process_cpu
+    assert parallel.bounds(inline, inline).with_overhead == pytest.approx(1 / (1 + share / 2))
+    # a free remote parent and no fixed cost: the two halves of the training alone
+    free = parallel.bounds(inline, inline._replace(process_cpu=0.0))
+    assert free.with_overhead == pytest.approx(2 * inline.process_cpu / inline.train_cpu)
+    fixed, per_job = parallel.group_cost(repeats=2)
+    assert fixed >= 0 and per_job > 0
+    heavy = parallel.fedbuff("inline", 3, parallel.WORKLOADS["5 epochs"])
+    assert heavy.client.epochs == 5 and heavy.run.batched
+    timing = parallel.sweep_timing("workers1", 2, parallel.sc.validate(parallel.TINY))
+    assert timing.runs == 2 and 0 < timing.first <= timing.all_back and timing.rate > 0

@@ -4,10 +4,11 @@
   (innermost); each point is named by its values and every point is validated before any run.
 * Every run of a sweep is the run of that point alone: same files, byte for byte, apart from
   wall times and the figure's legend (it names the directory).
-* A sweep is resumable: killed with SIGKILL mid-way, its worker processes die with it, and the
-  same command finishes it with the files an uninterrupted sweep writes.
-* On Ray (a real local instance on the loopback interface), the workers send each run
-  directory back and the driver writes it.
+* A sweep is resumable: killed with SIGKILL mid-way, its worker processes (or Ray actors) die
+  with it, and the same command finishes it with the files an uninterrupted sweep writes.
+* On Ray (a real local instance on the loopback interface), a fixed pool of actors sends each
+  run directory back and the driver writes it; a lost worker fails its job alone and is
+  replaced, and the pool's actors end with the sweep.
 * ``results.csv`` has one row per run, ``summary.csv`` the mean and Student-t 95 % interval
   over seeds per grid point (checked against scipy).
 """
@@ -266,12 +267,114 @@ def test_a_sweep_on_ray_ships_run_directories_back_over_loopback(scenario_file, 
         out = tmp_path / "sweep"
         assert main(["sweep", str(scenario_file), "--grid", "server.rule=momentum,ma-light", "--seeds", "0-1",
                      "--out", str(out), "--ray", "auto", "--quiet"]) == 0
+        assert _cpus_freed(ray, 2.0), "the sweep's actors outlived it"
     finally:
         ray.shutdown()
     for row in csv.DictReader(open(out / "results.csv")):
         alone = tmp_path / "alone" / row["name"]
         run_to_dir_blocking(scenario_mod.load(scenario_file, [f"server.rule={row['server.rule']}", f"seed={row['seed']}"]), alone)
         _same_run(alone, out / row["run_dir"])
+
+
+def _cpus_freed(ray, cpus: float) -> bool:
+    deadline = time.monotonic() + 20  # ray.kill is asynchronous
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0) == cpus:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_a_lost_ray_worker_fails_its_job_alone_and_is_replaced(scenario_file, tmp_path, monkeypatch):
+    """One actor (one CPU): the job whose worker process dies fails with "Ray worker lost", the
+    next job runs on a fresh actor; a directory too large to send fails that job alone; closing
+    the pool gives the caller's session its CPU back."""
+    import ray
+
+    from asyncfl.run import parallel
+    from asyncfl.run.parallel import RayPool
+
+    def die(out: Path) -> None:  # a nested function: Ray pickles it by value for the worker
+        os._exit(3)
+
+    scenario = scenario_mod.load(scenario_file)
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "notes.bin").write_bytes(b"x" * 100)
+    jobs = [RunJob("a", scenario, tmp_path / "a"), RunJob("b", scenario.replace(seed=1), tmp_path / "b", after=die),
+            RunJob("c", scenario.replace(seed=2), tmp_path / "c"), RunJob("big", scenario, big)]
+    monkeypatch.setattr(parallel, "SHIPPED_LIMIT", 50)  # in the driver only: the worker sends back more
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        pool = RayPool("auto")
+        try:
+            assert pool.slots == 1
+            got = {o.name: o for o in run_jobs(jobs, pool)}
+        finally:
+            pool.close()
+        assert _cpus_freed(ray, 1.0), "the pool's actor outlived close()"
+        assert ray.is_initialized()  # a session the caller started is left to the caller
+    finally:
+        ray.shutdown()
+    assert got["a"].status == got["c"].status == "completed"
+    assert got["b"].status == "failed" and "Ray worker lost" in got["b"].message and not (tmp_path / "b").exists()
+    assert got["big"].status == "failed" and "could not send the run directory" in got["big"].message
+    alone = tmp_path / "alone"
+    run_to_dir_blocking(scenario.replace(seed=2), alone)
+    _same_run(alone, tmp_path / "c")
+
+
+def _descendants(pid: int) -> set[int]:
+    found = _children(pid)
+    for child in list(found):
+        found |= _descendants(child)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+#: Ray's own node agents: after a SIGKILL of the driver they notice their raylet is gone and
+#: exit by themselves, a minute or two later (they run no job)
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_ray_sweep_driver_ends_its_actors_and_the_same_command_finishes(tmp_path):
+    quickstart = REPO / "scenarios" / "quickstart.toml"
+    args = ["sweep", str(quickstart), "--set", "run.steps=100", "--seeds", "0-5",
+            "--ray", "auto", "--workers", "2", "--quiet", "--out", str(tmp_path / "out")]
+    proc = _cli(*args)
+    deadline = time.monotonic() + 120
+    seen: set[int] = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen |= _descendants(proc.pid)
+        if list((tmp_path / "out").glob("runs/*/summary.json")):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep finished before it could be killed"
+    seen |= _descendants(proc.pid)
+    names = {pid: _cmdline(pid) for pid in seen}
+    assert sum(n.startswith("ray::RunWorker") for n in names.values()) == 2, names
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    watched = [pid for pid, name in names.items() if not name.startswith(RAY_AGENTS)]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(p) for p in watched):
+        time.sleep(0.1)
+    assert not [names[p] for p in watched if _alive(p)], "a Ray process outlived the driver"
+    assert main(args) == 0  # the runs lost with the workers run again; the finished ones are kept
+    rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"completed"}
+    row = rows[-1]
+    alone = tmp_path / "alone"
+    run_to_dir_blocking(scenario_mod.load(quickstart, ["run.steps=100", f"seed={row['seed']}"]), alone)
+    _same_run(alone, tmp_path / "out" / row["run_dir"])
 
 
 def test_shipping_a_run_directory_resumes_it_where_the_driver_left_it(scenario_file, tmp_path):

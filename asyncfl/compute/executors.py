@@ -12,7 +12,7 @@ not depend on the executor.
 ``processes``  ``run.workers`` spawned processes that build the task once from the scenario;
                a model version is sent to each worker once, jobs then name it
 ``ray``        Ray remote tasks (local ``ray.init`` or ``run.ray_address``); a model version
-               is put in the object store once, jobs pass its reference
+               is put in the object store once, tasks take its reference as an argument
 =============  ==========================================================================
 
 The names are registered in :data:`asyncfl.config.registries.EXECUTORS` (docs/architecture.md);
@@ -289,6 +289,29 @@ def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batched: b
     return torch.stack([m.reshape(-1) for m in models]).numpy()
 
 
+class _WorkerVersions:
+    """The model versions a process worker holds, by key: the parent's FIFO of what it sent
+    this worker (:data:`WORKER_CACHE`), mirrored. A spec is ``(key, array)`` the first time a
+    version comes (then it is kept), ``(key,)`` after that.
+
+    A version is one tensor object here, however many specs name it: ``train_batched`` batches
+    the jobs that share their start and centre *objects*. (A job whose centre is its start
+    carries the same ``(key, array)`` spec twice; building a second tensor from it once split
+    the first job of every version into a group of its own, trained unbatched — for 5 local
+    epochs that doubled the time of a 25-job group.)"""
+
+    def __init__(self) -> None:
+        self._by_key: collections.OrderedDict[int, torch.Tensor] = collections.OrderedDict()
+
+    def get(self, spec: tuple) -> torch.Tensor:
+        key = spec[0]
+        if len(spec) == 2 and key not in self._by_key:
+            self._by_key[key] = torch.from_numpy(spec[1])
+            if len(self._by_key) > WORKER_CACHE:
+                self._by_key.popitem(last=False)
+        return self._by_key[key]
+
+
 def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | bytes, cfg: ClientConfig, threads: int,
                     jobs: "mp.Queue", results: "mp.Queue") -> None:
     """A training process: build the task once, then serve groups of jobs until ``None``. It
@@ -297,20 +320,13 @@ def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | byte
     if threads:
         torch.set_num_threads(threads)
     task = _build_source(source)
-    versions: collections.OrderedDict[int, torch.Tensor] = collections.OrderedDict()
-
-    def tensor(spec: tuple) -> torch.Tensor:
-        if len(spec) == 2:  # (key, array): a version this worker has not seen yet
-            versions[spec[0]] = torch.from_numpy(spec[1])
-            if len(versions) > WORKER_CACHE:
-                versions.popitem(last=False)
-            return versions[spec[0]]
-        return versions[spec[0]]
+    versions = _WorkerVersions()
 
     while (msg := jobs.get()) is not None:
         group_id, batched, specs = msg
         try:
-            group = [LocalJob(client_k, tensor(start), tensor(centre), mu, seed) for client_k, seed, mu, start, centre in specs]
+            group = [LocalJob(client_k, versions.get(start), versions.get(centre), mu, seed)
+                     for client_k, seed, mu, start, centre in specs]
             results.put((group_id, _train_group(task, cfg, group, batched), None))
         except Exception as exc:  # reported on the jobs' futures, the worker keeps serving
             results.put((group_id, None, f"{type(exc).__name__}: {exc}"))
@@ -433,9 +449,11 @@ _RAY_TASKS: dict[str, Task] = {}  # per Ray worker process: tasks built so far, 
 
 
 def _ray_train(source_key: str, source_box: list, client: ClientConfig, threads: int, batched: bool,
-               specs: list[tuple[int, int, float, Any, Any]]) -> np.ndarray:
+               specs: list[tuple[int, int, float, int, int]], *versions: np.ndarray) -> np.ndarray:
     """A Ray remote task: builds the task once per worker process (cached) and trains a group
-    of jobs (one job unbatched; one flush's share with ``run.batched``) into an ``(n, d)`` array."""
+    of jobs (one job unbatched; one flush's share with ``run.batched``) into an ``(n, d)`` array.
+    The group's model versions are the task's own arguments (references that Ray resolves
+    before the call, each once); a job names its start and centre by their index there."""
     import ray
 
     task = _RAY_TASKS.get(source_key)
@@ -443,17 +461,17 @@ def _ray_train(source_key: str, source_box: list, client: ClientConfig, threads:
         if threads:
             torch.set_num_threads(threads)
         task = _RAY_TASKS[source_key] = _build_source(ray.get(source_box[0]))
-    refs = list({id(r): r for spec in specs for r in spec[3:]}.values())  # each model version fetched once
-    arrays = dict(zip(map(id, refs), (torch.from_numpy(a) for a in ray.get(refs))))
-    jobs = [LocalJob(k, arrays[id(start)], arrays[id(centre)], mu, seed) for k, seed, mu, start, centre in specs]
+    tensors = [torch.from_numpy(v) for v in versions]
+    jobs = [LocalJob(k, tensors[start], tensors[centre], mu, seed) for k, seed, mu, start, centre in specs]
     return _train_group(task, client, jobs, batched)
 
 
 class RayExecutor(_GroupExecutor):
     """Ray remote tasks. ``ray.init()`` (``num_cpus = run.workers``, on loopback) or
     ``ray.init(address=run.ray_address)`` unless Ray is already initialised (then that session
-    is used and left running). Each model version is ``ray.put`` once and every job of that
-    version passes the same reference; workers cache the task they build from the scenario.
+    is used and left running). Each model version is ``ray.put`` once and every task of that
+    version takes the same reference as an argument; workers cache the task they build from
+    the scenario.
     Unbatched, one task per job; with ``run.batched``, the jobs of one flush are split into one
     group per CPU of the cluster and each group is one task (``train_batched``)."""
 
@@ -486,12 +504,22 @@ class RayExecutor(_GroupExecutor):
 
     def _send(self, group: Pending, batched: bool) -> None:
         put = lambda t: self._ray.put(t.detach().numpy())  # noqa: E731
+        versions: dict[int, tuple[int, Any]] = {}  # version key → (argument index, reference)
+
+        def index(tensor: torch.Tensor) -> int:
+            key, ref, _ = self._keys.get(tensor, put)
+            return versions.setdefault(key, (len(versions), ref))[0]
+
         specs = []
         for job, _ in group:
-            start = self._keys.get(job.start, put)[1]
-            centre = start if job.centre is job.start else self._keys.get(job.centre, put)[1]
+            start = index(job.start)
+            centre = start if job.centre is job.start else index(job.centre)
             specs.append((job.client, job.seed, job.mu, start, centre))
-        ref = self._remote.remote(self._source_key, self._source, self._client, self._threads, batched, specs)
+        # the versions as top-level arguments, not references nested in the specs: Ray resolves
+        # them before the call (no ray.get inside the task) and tracks one borrowed reference
+        # per version instead of two per job
+        ref = self._remote.remote(self._source_key, self._source, self._client, self._threads, batched, specs,
+                                  *(r for _, r in versions.values()))
         futures = [future for _, future in group]
         asyncio.wrap_future(ref.future()).add_done_callback(lambda f: _copy_rows(f, futures))
 

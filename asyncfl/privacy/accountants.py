@@ -13,6 +13,11 @@ docs/privacy.md §5–6). Each accountant is a function ``(releases, σ, δ) -> 
 ``dp-accounting`` under its default add-or-remove-one neighbouring relation (user level: one
 client's data present or absent). Argument checks, the ``inf`` floor and calibration are in
 :mod:`asyncfl.privacy.accounting`, which looks these up by name.
+
+``dp-accounting`` is imported on first use, not with this module: importing it (scipy.stats and
+scipy.signal with it) takes ≈ 0.6 s, and every run imports this module through the privacy
+package (the bias report reads the count mechanism), private or not — a sweep worker paid it
+before its first run.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import dp_accounting
-from dp_accounting import pld, rdp
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,8 @@ class Releases:
 
     def event(self, sigma: float) -> dp_accounting.DpEvent:
         """The ``dp-accounting`` event of these releases at noise multiplier ``σ``."""
+        import dp_accounting
+
         inner: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(sigma)
         if self.rate is not None:
             inner = dp_accounting.PoissonSampledDpEvent(self.rate, inner)
@@ -54,6 +62,8 @@ def dp_event(sigma: float, q: float, steps: int) -> dp_accounting.DpEvent:
 def _rdp_epsilon(releases: Releases, sigma: float, delta: float) -> float:
     # dp-accounting logs (through absl) every Rényi order whose series fails to converge and
     # that it excludes; those orders only loosen the bound, so the warnings are muted here.
+    from dp_accounting import rdp
+
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
     absl_logger.setLevel(logging.ERROR)
@@ -92,6 +102,8 @@ def pld_epsilon(releases: Releases, sigma: float, delta: float) -> float:
     """``'pld'``: the privacy-loss-distribution bound on ε with the grid of :func:`pld_interval`
     (the RDP bound where that grid would be coarser than 1; no argument checks: see
     :func:`asyncfl.privacy.accounting.epsilon_of`)."""
+    from dp_accounting import pld
+
     interval = pld_interval(releases, sigma, delta)
     if interval > 1.0:  # ε_rdp > 1e6 or σ ≲ 2e-3: see asyncfl.privacy.accounting
         return _rdp_epsilon(releases, sigma, delta)

@@ -5,11 +5,12 @@ A :class:`RunJob` is a scenario and the run directory it goes to. :func:`run_job
 of them on a :class:`Backend` and reports each :class:`RunOutcome` as it finishes:
 
 * :class:`InProcess` — one after another in this process (``--workers 1``);
-* :class:`ProcessPool` — ``N`` spawned worker processes on this machine, each importing torch
-  once and running job after job; they write their run directories directly;
-* :class:`RayPool` — Ray tasks, on a local instance (``--ray auto``) or an existing cluster
-  (``--ray ADDRESS``). A Ray worker may run on a node that does not share this filesystem, so
-  it runs in a temporary directory of its own and sends the run directory's files back; the
+* :class:`ProcessPool` — ``N`` worker processes on this machine (forked on Linux, inheriting
+  the driver's torch), each running job after job; they write their run directories directly;
+* :class:`RayPool` — a fixed pool of Ray actors, one per CPU, on a local instance
+  (``--ray auto``) or an existing cluster (``--ray ADDRESS``), each importing torch once and
+  running job after job. A Ray worker may run on a node that does not share this filesystem,
+  so it runs in a temporary directory of its own and sends the run directory's files back; the
   driver writes them (:func:`run_shipped`). For a resume the driver sends the files it has.
 
 Every job does exactly what ``asyncfl run`` / ``asyncfl resume`` would do for that directory
@@ -19,12 +20,14 @@ each run's files are the files of that point run alone (wall times aside), and r
 killed sweep resumes it. A run that diverges or fails is an outcome with its status and message;
 it never stops the others.
 
-Worker processes die with the driver (:func:`asyncfl.compute.lifetime.die_with_parent`): a
-killed sweep leaves no process behind.
+Worker processes die with the driver (:func:`asyncfl.compute.lifetime.die_with_parent`; Ray
+ends a dead driver's actors, and a local instance with it): a killed sweep leaves no process
+behind.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
@@ -226,10 +229,30 @@ class ProcessPool:
 RAY_CONNECT_TIMEOUT = 30.0  # seconds to reach a cluster given by address before giving up
 
 
+class RunWorker:
+    """A long-lived Ray actor (one CPU) that runs job after job (:func:`run_shipped`). Ray
+    imports this module to build it — asyncfl and torch with it — once per actor, as soon as
+    the pool is created, so the first job does not pay the import."""
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def run(self, job: RunJob, files: dict[str, bytes]) -> tuple[RunOutcome, dict[str, bytes]]:
+        return run_shipped(job, files)
+
+
 class RayPool:
-    """Ray tasks (one CPU each) on a local instance (``address = "auto"``: started here with
-    ``cpus`` CPUs, and stopped at :meth:`close`) or on the cluster at ``address``. Run
-    directories travel to and from the workers (:func:`run_shipped`)."""
+    """A fixed pool of :class:`RunWorker` actors, one per CPU of the cluster, on a local instance
+    (``address = "auto"``: started here with ``cpus`` CPUs, and stopped at :meth:`close`) or on
+    the cluster at ``address``. The actors are created, and import torch, when the pool is;
+    each then has one job in flight at a time: a job's run directory is packed (:func:`pack`)
+    only when an actor is free for it, and the files that come back are written here
+    (:func:`run_shipped`).
+
+    An actor that dies (its process or node lost) fails its job alone and is replaced; a job
+    whose directory cannot be sent fails alone. The actors belong to this driver: :meth:`close`
+    kills them (a cluster given by address stays up), and Ray ends them, and a local instance
+    with every process of it, when the driver exits or is killed."""
 
     def __init__(self, address: str, cpus: int | None = None) -> None:
         if address == "auto":  # a local instance listens on loopback only (read when ray is imported)
@@ -248,26 +271,82 @@ class RayPool:
                 ray.init(address=address, logging_level="ERROR", log_to_driver=False)
             self._owns = True
         self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self._remote = ray.remote(num_cpus=1, max_retries=0)(run_shipped)
+        self._worker = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(RunWorker)
+        self._actors: list[Any] = []  # every actor started and not known dead
+        self._starting: dict[Any, Any] = {}  # ready() reference → actor still importing
+        self._idle: list[Any] = []
+        self._start_error = ""
+        self._top_up()
+
+    def _top_up(self) -> None:
+        while len(self._actors) < self.slots:
+            actor = self._worker.remote()
+            self._actors.append(actor)
+            self._starting[actor.ready.remote()] = actor
+
+    def _drop(self, actor: Any) -> None:
+        self._actors.remove(actor)
+        try:
+            self._ray.kill(actor)
+        except Exception:  # already gone
+            pass
 
     def run(self, jobs: list[RunJob]) -> Iterator[RunOutcome]:
         ray = self._ray
-        refs = {self._remote.remote(job, pack(Path(job.out))): job for job in jobs}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            job = refs[done[0]]
+        queue = collections.deque(jobs)
+        running: dict[Any, tuple[RunJob, Any]] = {}  # run() reference → its job and actor
+        self._top_up()
+        while queue or running:
+            while queue and self._idle:
+                job = queue.popleft()
+                try:
+                    files = pack(Path(job.out))
+                except (OSError, RunDirError) as exc:
+                    yield _failed(job, f"could not send the run directory to a Ray worker: {exc}")
+                    continue
+                actor = self._idle.pop()
+                running[actor.run.remote(job, files)] = (job, actor)
+            if not running and not self._starting:
+                for job in queue:  # every actor failed to start
+                    yield _failed(job, f"no Ray worker could start: {self._start_error}")
+                return
+            [ref], _ = ray.wait([*running, *self._starting], num_returns=1)
+            if ref in self._starting:
+                actor = self._starting.pop(ref)
+                try:
+                    ray.get(ref)
+                    self._idle.append(actor)
+                except Exception as exc:  # it never started (on a cluster: asyncfl missing on its node, say)
+                    self._start_error = f"{type(exc).__name__}: {exc}"
+                    self._drop(actor)
+                continue
+            job, actor = running.pop(ref)
             try:
-                outcome, files = ray.get(done[0])
+                outcome, files = ray.get(ref)
                 unpack(files, Path(job.out))
-            except Exception as exc:  # the task or its node died
-                outcome = RunOutcome(job.name, Path(job.out), "failed", f"Ray task lost: {type(exc).__name__}: {exc}",
-                                     read_summary(Path(job.out)), 0.0)
+                self._idle.append(actor)
+            except ray.exceptions.RayActorError as exc:  # its process or node died
+                self._drop(actor)
+                self._top_up()
+                outcome = _failed(job, f"Ray worker lost: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # the job's files did not come back
+                self._idle.append(actor)
+                outcome = _failed(job, f"Ray task lost: {type(exc).__name__}: {exc}")
             yield outcome
 
     def close(self) -> None:
-        if self._owns and self._ray.is_initialized():
-            self._ray.shutdown()
+        ray = self._ray
+        if ray.is_initialized():
+            for actor in list(self._actors):
+                self._drop(actor)
+        self._starting, self._idle = {}, []
+        if self._owns and ray.is_initialized():
+            ray.shutdown()
+
+
+def _failed(job: RunJob, message: str) -> RunOutcome:
+    """A job that no worker finished: failed, with what its directory holds."""
+    return RunOutcome(job.name, Path(job.out), "failed", message, read_summary(Path(job.out)), 0.0)
 
 
 def _check_reachable(address: str) -> None:
