@@ -1,6 +1,6 @@
 """The momentum-approximation study (issue 8; docs/protocol.md §7, docs/privacy.md; seed paper 003;
 docs/architecture.md, "Studies and sweeps"; docs/server-rules.md). The CLI is ``asyncfl study``
-(:mod:`asyncfl.cli.study`); the committed results are ``analysis/results/ma_study/``.
+(:mod:`asyncfl.cli.study`); the committed results are ``analysis/results/ma_paper/``.
 
 A *study spec* (TOML, validated like a scenario: unknown keys and bad values are errors that
 name the field) lists tasks, methods, concurrencies ``K = m·C``, seeds, DP off/on and a server

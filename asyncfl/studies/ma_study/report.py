@@ -15,7 +15,7 @@ from asyncfl.studies.ma_study.design import Study
 from asyncfl.figures.ci import mean_ci
 from asyncfl.studies.ma_study.figures import plot_bias, plot_curves, plot_speedup_vs_bias
 from asyncfl.studies.ma_study.spec import METHOD_LABELS, NODP
-from asyncfl.studies.ma_study.tables import (PAPER_SPEEDUP, Rows, fmt, group, reach_summary, reach_text, retarget,
+from asyncfl.studies.ma_study.tables import (PAPER_SPEEDUP, Rows, baseline_table, fmt, group, reach_summary, reach_text, retarget,
                                             speedup_table, time_speedup_table)
 
 
@@ -108,6 +108,10 @@ def write_report(study: Study, out: Path, rows: Rows, tuning_rows: Rows, figure_
     L += ["### Speed-up in virtual time (each task's main target)", "",
           "Paired by seed as above, on the virtual time at which each run first reached the target.", ""]
     L += time_speedup_table(study, rows) + [""]
+    L += ["### Against not using momentum at all", "",
+          "The same paired speed-ups between other methods at each task's main target: plain FedBuff SGD (no server "
+          "momentum, its own tuned server lr) over naive momentum, each MA rule over plain SGD, and Nesterov over momentum.", ""]
+    L += baseline_table(study, rows, METHOD_LABELS) + [""]
     if scatter_png:
         L += ["### Speed-up against bias reduction", "", f"![speed-up against bias reduction]({scatter_png})", ""]
     if pooled_rows:

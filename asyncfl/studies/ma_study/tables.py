@@ -55,16 +55,17 @@ class PairedSpeedup(NamedTuple):
     base_only: int
     neither: int
 
-    def text(self) -> str:
+    def text(self, rule: str = "MA", base: str = "momentum") -> str:
+        """``2.00× [1.31, 3.05]``, with the seeds left out named (``rule`` / ``base``: the two sides)."""
         if self.n == 0:
-            extra = f"{self.lower_bounds} seed(s) only MA reached" if self.lower_bounds else "no seed where both reached"
+            extra = f"{self.lower_bounds} seed(s) only {rule} reached" if self.lower_bounds else "no seed where both reached"
             return f"— ({extra})"
         ci = f" [{self.low:.2f}, {self.high:.2f}]" if self.n > 1 else " (n = 1)"
         notes = []
         if self.lower_bounds:
-            notes.append(f"+{self.lower_bounds} only MA reached")
+            notes.append(f"+{self.lower_bounds} only {rule} reached")
         if self.base_only:
-            notes.append(f"{self.base_only} only momentum reached")
+            notes.append(f"{self.base_only} only {base} reached")
         return f"{self.geo:.2f}×{ci}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -195,4 +196,28 @@ def time_speedup_table(study: Study, rows: Rows) -> list[str]:
                 cells = [paired_speedup(base, groups.get((task.name, label, method, K), []), "time_to_target").text()
                          for method in ("fedbuff-ma-full", "fedbuff-ma-light")]
                 lines.append(f"| {task.name} | {label} | {m}C = {K} | {cells[0]} | {cells[1]} |")
+    return lines
+
+
+#: (numerator method, denominator method): "how much faster is the second than the first"
+BASELINE_PAIRS = (("fedbuff-momentum", "fedbuff-sgd"), ("fedbuff-sgd", "fedbuff-ma-full"), ("fedbuff-sgd", "fedbuff-ma-light"),
+                  ("fedbuff-momentum", "fedbuff-nesterov"))
+
+
+def baseline_table(study: Study, rows: Rows, labels: dict[str, str]) -> list[str]:
+    """Paired steps-to-target speed-ups between other methods (:data:`BASELINE_PAIRS`: plain
+    FedBuff SGD over naive momentum, each MA rule over plain SGD, Nesterov over momentum), one
+    line per task × privacy × K: is momentum approximation faster than not using momentum at all?"""
+    spec = study.spec
+    groups = group(rows)
+    pairs = [(a, b) for a, b in BASELINE_PAIRS if a in spec.methods and b in spec.methods]
+    head = " | ".join(f"{labels[b]} over {labels[a]}" for a, b in pairs)
+    lines = [f"| task | privacy | K | {head} |", "|---|---|---|" + "---|" * len(pairs)]
+    for task in spec.tasks:
+        for label in study.settings_of(task.name):
+            for m in spec.k_multiples:
+                K = m * spec.buffer
+                cells = [paired_speedup(groups.get((task.name, label, a, K), []), groups.get((task.name, label, b, K), []))
+                         .text(labels[b], labels[a]) for a, b in pairs]
+                lines.append(f"| {task.name} | {label} | {m}C = {K} | " + " | ".join(cells) + " |")
     return lines

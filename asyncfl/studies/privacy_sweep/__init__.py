@@ -35,5 +35,5 @@ Modules, each importing only those above it:
 Run it as::
 
     asyncfl privacy scenarios/private_synthetic.toml --xi 1.2 2 4 10 25 60 120 200 \\
-        --rules ma-light ma-full momentum --out analysis/results/privacy_sweep --overwrite
+        --rules ma-light ma-full momentum --out runs/privacy_synthetic --overwrite
 """
