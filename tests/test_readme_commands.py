@@ -27,7 +27,8 @@ from asyncfl.studies.sweep.grid import Grid, parse_grid, parse_seeds
 
 REPO = Path(__file__).resolve().parents[1]
 #: commands that set up a machine or measure it (network, minutes): not run
-NOT_RUN = ("python3 -m venv", "pip install", ".venv/bin/pip", ".venv/bin/python -m pytest", "python -m benchmarks.")
+NOT_RUN = ("python3 -m venv", "pip install", ".venv/bin/pip", ".venv/bin/python -m pytest", "python -m benchmarks.",
+           "python -m analysis.")  # analysis scripts: exercised by their own tests (tests/test_study.py)
 #: asyncfl commands that take minutes (the sweeps, the studies without --check): checked without running
 LONG = ("asyncfl privacy ", "asyncfl sweep ")
 

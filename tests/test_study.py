@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tomli_w
 
+from analysis.privacy_utility import main as privacy_utility
 from asyncfl.cli.main import main
 from asyncfl.studies.ma_study.design import Point, study_from_raw
 from asyncfl.studies.ma_study.plan import widened
@@ -237,5 +238,15 @@ def test_the_ci_sized_paper_study_runs_end_to_end(tmp_path):
             summary = json.loads((out / r["run_dir"] / "summary.json").read_text())
             assert summary["privacy"]["participations_max"] <= 2
     report = (out / "report.md").read_text()
-    for phrase in ("95 % CI", "Do the tasks learn?", "speedup_vs_bias.png", "DP setting `cap-eps8` (tasks gaussian)"):
+    for phrase in ("95 % CI", "Do the tasks learn?", "speedup_vs_bias.png", "DP setting `cap-eps8` (tasks gaussian)",
+                   "Against not using momentum at all"):
         assert phrase in report
+    # the privacy–utility script on this study: ξ = 1.5σ and 20σ, one ε, two seeds, both tasks and rules
+    pu = tmp_path / "pu"
+    assert privacy_utility(["--spec", str(PAPER_CI), "--study", str(out), "--out", str(pu), "--epsilons", "8",
+                            "--xi-over-sigma", "1.5", "20", "--seeds", "0", "1", "--workers", "2"]) == 0
+    summary = list(csv.DictReader(open(pu / "summary.csv", newline="")))
+    assert {(s["task"], s["rule"], float(s["xi_over_sigma"])) for s in summary} == {
+        (t, r, f) for t in ("gaussian", "mnist1d") for r in ("ma-light", "momentum") for f in (1.5, 20.0)}
+    assert all(int(s["n"]) == 2 for s in summary)
+    assert "Best ξ per task and ε" in (pu / "report.md").read_text() and (pu / "privacy_utility.png").is_file()
