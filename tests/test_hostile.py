@@ -423,7 +423,7 @@ def test_9_a_loss_far_above_the_initial_one_is_divergence(key, tmp_path, capsys)
 def test_9_the_default_bounds_trip_on_no_committed_scenario(tmp_path, capsys):
     """The committed scenario whose loss grows most (FedBuff + momentum at the study's tuned lr:
     7150× its initial loss within 100 steps) completes under the default bounds."""
-    path = REPO / "analysis" / "results" / "ma_study" / "scenarios" / "study_synthetic_K5C.toml"
+    path = REPO / "tests" / "data" / "growing_momentum_K5C.toml"
     code, _, err = cli(capsys, "run", path, "--out", tmp_path / "run", "--quiet")
     assert code == 0, err
     losses = [float(r["loss"]) for r in rundir.read_csv(tmp_path / "run" / "metrics.csv")]
