@@ -16,6 +16,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from asyncfl.config import scenario as scenario_mod
 from asyncfl.run import checkpoint
+from asyncfl.run.parallel import RunJob, run_job
 from asyncfl.cli.main import main
 from asyncfl.sim.clock import timeout_at
 from asyncfl.records import UPDATE_FIELDS
@@ -705,3 +708,32 @@ def test_a_stalled_simulation_is_a_clear_error_not_a_traceback(tmp_path):
         asyncio.run(run_to_dir(scenario, tmp_path / "run", simulation=sim))
     assert isinstance(info.value, AsyncFLError)  # the CLI reports it with exit code 2
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "stalled"
+
+
+# ---------------------------------------------------------------------------------------------
+# a kill between the divergence checkpoint and the "diverged" summary
+def test_a_run_killed_after_its_divergence_checkpoint_resumes_to_the_same_diverged_directory(tmp_path):
+    """A diverging run writes a final checkpoint, then its ``diverged`` summary. A driver killed
+    between the two leaves a ``running`` summary and that checkpoint. Resuming it must not run
+    on past the fault (it would diverge again, later, with other rows: found by the sweep's
+    SIGKILL test under load); the checkpoint carries the fault, and the resume only finalizes.
+    Every file then equals the uninterrupted run's (wall times aside)."""
+    raw = make_raw(**{"run.steps": 150, "run.eval_every": 10, "run.checkpoint_every": 10, "task.dim": 30,
+                      "task.samples_per_client": 200, "server.rule": "ma-light"})
+    scenario = scenario_mod.validate(raw)
+    ref = tmp_path / "ref"
+    assert run_job(RunJob("ref", scenario, ref)).status == "diverged"
+    assert checkpoint.read(ref / "checkpoint.pt").fault == json.loads((ref / "summary.json").read_text())["error"]
+    killed = tmp_path / "killed"
+    shutil.copytree(ref, killed)
+    summary = json.loads((killed / "summary.json").read_text())
+    (killed / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    outcome = run_job(RunJob("killed", scenario, killed))
+    assert outcome.status == "diverged"
+    for name in ("updates.csv", "metrics.csv", "counts.npz", "bias.json", "checkpoint.pt"):
+        assert (killed / name).read_bytes() == (ref / name).read_bytes(), name
+    a, b = (torch.load(p / "model.pt", weights_only=True) for p in (ref, killed))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda p: {k: v for k, v in json.loads((p / "summary.json").read_text()).items()  # noqa: E731
+                       if k not in ("wall_time", "updates_per_second")}
+    assert strip(killed) == strip(ref)

@@ -8,7 +8,8 @@ file cannot run code)::
     scenario  the resolved scenario TOML the run was started with (must equal scenario.toml)
     state     the SimState tree, encoded below
     run_dir   what the run directory held when it was taken: {"csv_rows": {file: data rows},
-              "csv_sha256": {file: digest of the header and those rows}}
+              "csv_sha256": {file: digest of the header and those rows}}, and "fault": the
+              message of the numerical fault the run stopped on, for the checkpoint taken then
     sha256    :func:`content_digest` of the four entries above: ``torch.load`` checks no
               checksum, so a flipped bit in a tensor would otherwise load as a different state
 
@@ -204,9 +205,11 @@ def _feed(digest: Any, value: Any, seen: dict[tuple, bytes]) -> None:
 class Checkpoint:
     """A checkpoint file, read and decoded (not yet validated against a simulation)."""
 
-    def __init__(self, path: Path, scenario_toml: str, state: SimState, csv_rows: dict[str, int], csv_sha256: dict[str, str]) -> None:
+    def __init__(self, path: Path, scenario_toml: str, state: SimState, csv_rows: dict[str, int], csv_sha256: dict[str, str],
+                 fault: str | None = None) -> None:
         self.path, self.scenario_toml, self.state = path, scenario_toml, state
         self.csv_rows, self.csv_sha256 = csv_rows, csv_sha256
+        self.fault = fault  # taken when the run stopped on this numerical fault: a resume only finalizes it
 
     @property
     def step(self) -> int:
@@ -253,7 +256,11 @@ def read(path: str | Path) -> Checkpoint:
     rows, digests = run_dir.get("csv_rows") if isinstance(run_dir, dict) else None, run_dir.get("csv_sha256") if isinstance(run_dir, dict) else None
     if not (isinstance(rows, dict) and isinstance(digests, dict) and isinstance(data["scenario"], str)):
         raise CheckpointError(f"{path}: incomplete checkpoint (no row counts of the run directory)")
-    return Checkpoint(path, data["scenario"], state, {str(k): v for k, v in rows.items()}, {str(k): v for k, v in digests.items()})
+    fault = run_dir.get("fault")
+    if fault is not None and not isinstance(fault, str):
+        raise CheckpointError(f"{path}: run_dir.fault must be the fault's message")
+    return Checkpoint(path, data["scenario"], state, {str(k): v for k, v in rows.items()}, {str(k): v for k, v in digests.items()},
+                      fault)
 
 
 def _short(exc: BaseException) -> str:

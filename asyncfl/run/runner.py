@@ -108,7 +108,9 @@ async def _drive(
             if on_event is not None:
                 on_event(event)
     except NumericalFault as exc:
-        save_checkpoint(sim, writer)
+        # marked with the fault: a driver killed before the summary below is resumed by
+        # finalizing this state as diverged, never by running on past the fault
+        save_checkpoint(sim, writer, fault=str(exc))
         finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
         raise
     except SimulationStalled as exc:
@@ -135,10 +137,13 @@ async def _drive(
     return finalize(sim, writer, "completed")
 
 
-def save_checkpoint(sim: Simulation, writer: rundir.RunWriter) -> None:
+def save_checkpoint(sim: Simulation, writer: rundir.RunWriter, fault: str | None = None) -> None:
     """``checkpoint.pt``: the simulation's state and the CSV files' row counts and digests
-    (written after the rows it counts)."""
-    run_dir = {"csv_rows": writer.rows(), "csv_sha256": writer.digests()}
+    (written after the rows it counts); ``fault``: the message of the numerical fault the run
+    stopped on, when it is the checkpoint taken then."""
+    run_dir: dict[str, Any] = {"csv_rows": writer.rows(), "csv_sha256": writer.digests()}
+    if fault is not None:
+        run_dir["fault"] = fault
     checkpoint.save(writer.path / CHECKPOINT_NAME, sim.scenario, sim.state(), run_dir)
     writer.checkpoint_step = sim.steps_done
 
@@ -250,6 +255,13 @@ async def resume_dir(
         writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes)
         writer.checkpoint_step = resumed_from
         sim.sink = writer
+        if ck.fault is not None:  # killed between the divergence checkpoint and its summary
+            sim.start_wall_clock()
+            try:
+                finalize(sim, writer, "diverged", {"error": ck.fault, "checkpoint": CHECKPOINT_NAME})
+            finally:
+                writer.close()
+            raise NumericalFault(ck.fault)
         return await _drive(sim, writer, on_event, should_stop)
 
 

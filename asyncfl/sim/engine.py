@@ -209,6 +209,10 @@ class Simulation:
     def wall_time(self) -> float:
         return time.perf_counter() - self._wall_start
 
+    def start_wall_clock(self) -> None:
+        """Count this session's wall time from now (a resume that only finalizes a run)."""
+        self._wall_start = time.perf_counter()
+
     def dispatch(self, client: int) -> InFlight:
         """Send the current model to ``client`` and put its arrival on the clock."""
         now = self.env.now
