@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -47,23 +48,20 @@ LABELS = {"ma-light": "MA-light", "momentum": "naive momentum"}
 COLORS = {"ma-light": "tab:green", "momentum": "tab:red"}
 
 
-def tuned_lr(study_dir: Path, task: str, K: int, method: str) -> float:
-    """The server learning rate the MA study chose for (task, no DP, K, method)."""
+def tuned_lrs(study_dir: Path) -> dict[tuple[str, int, str], float]:
+    """The server learning rate the MA study chose per (task, K, method) without DP."""
     with open(study_dir / "results.csv", newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            if row["task"] == task and row["privacy"] == NODP and int(row["K"]) == K and row["method"] == method:
-                return float(row["lr"])
-    raise SystemExit(f"{study_dir / 'results.csv'}: no no-DP row for task {task}, K = {K}, {method}")
+        return {(row["task"], int(row["K"]), row["method"]): float(row["lr"])
+                for row in csv.DictReader(fh) if row["privacy"] == NODP}
 
 
 def base_scenario(study: Study, task: str, K: int, method: str, lr: float, epsilon: float) -> scenario_mod.Scenario:
     """The study's scenario of (task, K, method) under its first Poisson DP setting, at ``epsilon``."""
-    setting = next(p for p in study.spec.privacy_settings if p.sampling == "poisson" and (p.tasks is None or task in p.tasks))
+    setting = next(p for p in study.spec.privacy if p.sampling == "poisson" and (p.tasks is None or task in p.tasks))
     sc = study.scenario(Point(task, method, K, study.spec.seeds[0], setting.name, lr, study.spec.steps))
     raw = sc.to_dict()
-    raw["privacy"].update(epsilon=epsilon, xi=None, gamma=None)
-    raw["privacy"]["gamma"] = 1.0  # replaced by every sweep point; validation needs ξ or γ
-    raw["privacy"] = {k: v for k, v in raw["privacy"].items() if v is not None}
+    kept = {k: v for k, v in raw["privacy"].items() if v is not None and k != "xi"}
+    raw["privacy"] = {**kept, "epsilon": epsilon, "gamma": 1.0}  # γ: a placeholder each sweep point replaces
     return scenario_mod.validate(raw)
 
 
@@ -77,12 +75,15 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = Path(args.out)
     backend = make_backend(args.workers, None)
     rows: list[dict[str, Any]] = []
+    lrs = tuned_lrs(Path(args.study))
     try:
         for task in study.spec.tasks:
             K = args.k_multiple * study.spec.buffer
             for epsilon in args.epsilons:
                 for rule, method in RULES.items():
-                    lr = tuned_lr(Path(args.study), task.name, K, method)
+                    if (task.name, K, method) not in lrs:
+                        raise SystemExit(f"{args.study}/results.csv: no no-DP row for task {task.name}, K = {K}, {method}")
+                    lr = lrs[(task.name, K, method)]
                     sc = base_scenario(study, task.name, K, method, lr, epsilon)
                     budget = resolve_budget(sc)
                     xis = [float(f"{f * budget.sigma:.6g}") for f in args.xi_over_sigma]
@@ -102,10 +103,11 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean ± 95 % CI over seeds per (task, ε, rule, ξ/σ) of final accuracy and bias."""
-    keys = sorted({(r["task"], r["epsilon"], r["rule"], round(r["xi_over_sigma"], 6)) for r in rows})
+    groups: dict[tuple[str, float, str, float], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["task"], r["epsilon"], r["rule"], round(r["xi_over_sigma"], 6))].append(r)
     out = []
-    for task, eps, rule, f in keys:
-        group = [r for r in rows if (r["task"], r["epsilon"], r["rule"], round(r["xi_over_sigma"], 6)) == (task, eps, rule, f)]
+    for (task, eps, rule, f), group in sorted(groups.items()):
         acc = mean_ci(r["final_accuracy"] if r["status"] == "completed" else math.nan for r in group)
         bias = mean_ci(r["bias_exact"] for r in group)
         out.append({"task": task, "epsilon": eps, "rule": rule, "xi_over_sigma": f, "xi": group[0]["xi"],

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tomli_w
+from scipy import stats
 
 from analysis.privacy_utility import main as privacy_utility
 from asyncfl.cli.main import main
@@ -156,9 +157,12 @@ def _dp_study(**privacy_overrides):
 
 def test_each_dp_setting_gets_the_sigma_a_run_of_its_scenario_would_resolve():
     """σ of a setting is the runner's own (noise cohort, sampling assumption, cap), computed for
-    the full run; ``xi_over_sigma`` = 2 gives ξ = 2σ. Independent check: resolve_sigma on the
-    point's own validated scenario, and the Poisson calibration at q = M/N = 20/30 directly."""
-    from asyncfl.privacy import calibrate_sigma, resolve_sigma, run_shape
+    the full run; ``xi_over_sigma`` = 2 gives ξ = 2σ. Independent checks: the Poisson
+    calibration at q = M/N = 20/30 directly; for the cap (k = 2 un-subsampled releases, i.e. one
+    Gaussian mechanism of noise σ/√2), the analytic Gaussian mechanism's exact δ at ε = 8 (Balle
+    & Wang 2018: δ = Φ(1/(2s) − εs) − e^ε Φ(−1/(2s) − εs), s = σ/√2) must be the target 10⁻⁶ —
+    9.99992·10⁻⁷ at the σ = 0.92339 calibrated here."""
+    from asyncfl.privacy import calibrate_sigma
 
     raw, study = _dp_study()
     assert study.settings == ["nodp", "eps2", "cap"]
@@ -166,10 +170,11 @@ def test_each_dp_setting_gets_the_sigma_a_run_of_its_scenario_would_resolve():
     sigma = calibrate_sigma(2.0, 1e-6, 20 / 30, raw["steps"], "pld")
     assert sc.privacy.noise_cohort == 20 and sc.privacy.xi == pytest.approx(2 * sigma, rel=1e-9)
     cap = study.scenario(Point("synthetic", "fedbuff-ma-light", 15, 0, "cap", 0.1, 10))  # a short (tuning) run
-    shape = run_shape(cap.privacy, "fedbuff", 30, raw["buffer"], raw["steps"])
-    full_sigma, releases = resolve_sigma(cap.privacy.model_copy(update={"noise_multiplier": None, "epsilon": 8.0}), shape)
-    assert cap.privacy.sampling == "participation-cap" and cap.privacy.max_participations == 2
-    assert cap.privacy.noise_multiplier == pytest.approx(full_sigma, rel=1e-12) and cap.privacy.xi == 40.0
+    assert cap.privacy.sampling == "participation-cap" and cap.privacy.max_participations == 2 and cap.privacy.xi == 40.0
+    s = cap.privacy.noise_multiplier / np.sqrt(2)
+    delta = stats.norm.cdf(1 / (2 * s) - 8.0 * s) - np.exp(8.0) * stats.norm.cdf(-1 / (2 * s) - 8.0 * s)
+    assert cap.privacy.noise_multiplier == pytest.approx(0.92339, abs=1e-5)
+    assert delta == pytest.approx(1e-6, rel=1e-3)
 
 
 @pytest.mark.parametrize("edit, phrase", [
@@ -197,8 +202,6 @@ def test_paired_speedup_is_the_geometric_mean_of_per_seed_ratios_with_a_t_interv
     2 = exp(mean(ln 2, ln 4, 0)); 95 % interval exp(m ± t₀.₉₇₅,₂ · s/√3) with s the sample std of
     the logs (t = 4.3027, by scipy here against the table value). Seed 3 reached only with MA:
     counted as a lower bound, not in the interval."""
-    from scipy import stats
-
     nan = float("nan")
     base = [{"seed": s, "steps_to_target": v} for s, v in enumerate([60.0, 80.0, 50.0, nan])]
     ma = [{"seed": s, "steps_to_target": v} for s, v in enumerate([30.0, 20.0, 50.0, 40.0])]

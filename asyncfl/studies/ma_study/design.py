@@ -36,12 +36,8 @@ class Point:
     def dp(self) -> bool:
         return self.privacy != NODP
 
-    @property
-    def dp_label(self) -> str:
-        return self.privacy
-
     def rel_dir(self) -> Path:
-        return Path("runs") / self.task / self.dp_label / f"K{self.K}" / self.method / f"lr{self.lr:g}" / f"T{self.steps}-s{self.seed}"
+        return Path("runs") / self.task / self.privacy / f"K{self.K}" / self.method / f"lr{self.lr:g}" / f"T{self.steps}-s{self.seed}"
 
 
 def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -68,13 +64,13 @@ class Study:
         self.source = source
         self._sigma: dict[tuple[str, str, str], float] = {}
         self.tasks = {t.name: t for t in spec.tasks}
-        self.privacy = {p.name: p for p in spec.privacy_settings}
+        self.privacy = {p.name: p for p in spec.privacy}
         problems: list[str] = []
         if len(self.tasks) != len(spec.tasks):
             problems.append("tasks: task names must be unique")
-        if len(self.privacy) != len(spec.privacy_settings) or NODP in self.privacy:
+        if len(self.privacy) != len(spec.privacy) or NODP in self.privacy:
             problems.append(f"privacy: the names of the settings must be unique and not {NODP!r}")
-        for i, p in enumerate(spec.privacy_settings):
+        for i, p in enumerate(spec.privacy):
             for t in p.tasks or []:
                 if t not in self.tasks:
                     problems.append(f"privacy[{i}].tasks: {t!r} is not a task of the study ({', '.join(self.tasks)})")
@@ -124,7 +120,7 @@ class Study:
         setting that applies to it (when ``dp`` holds true)."""
         labels = [NODP] if False in self.spec.dp else []
         if True in self.spec.dp:
-            labels += [p.name for p in self.spec.privacy_settings if p.tasks is None or task in p.tasks]
+            labels += [p.name for p in self.spec.privacy if p.tasks is None or task in p.tasks]
         return labels
 
     @property
@@ -193,7 +189,7 @@ class Study:
         for key, value in overrides.items():
             scenario_mod.assign(raw, key, value)
         run_over = {
-            "name": f"{self.spec.name}-{point.task}-{point.method}-K{point.K}-{point.dp_label}-s{point.seed}",
+            "name": f"{self.spec.name}-{point.task}-{point.method}-K{point.K}-{point.privacy}-s{point.seed}",
             "seed": point.seed, "run.steps": point.steps, "run.eval_every": self.spec.eval_every,
             "server.buffer": self.spec.buffer, "server.concurrency": point.K, "server.lr": point.lr,
             **self.method_overrides(point.method),

@@ -71,7 +71,7 @@ def write_scenarios(study: Study, chosen: dict[TuningKey, float], folder: Path) 
                 over = {**study.method_overrides(method), "server.lr": lr}
                 sets = " ".join(f"--set {k}={_toml_value(v)}" for k, v in over.items() if v is not None and k != "server.protocol")
                 lines.append(f"#   {METHOD_LABELS[method]:24s} {sets}")
-            for p in spec.privacy_settings if True in spec.dp else []:
+            for p in spec.privacy if True in spec.dp else []:
                 lines.append(f"# DP setting {p.name}: --set privacy.enabled=true --set privacy.epsilon={p.epsilon:g} "
                              f"--set privacy.sampling={_toml_value(p.sampling)} (δ, M, k, ξ/γ, clip as in the spec)")
             path = folder / f"study_{task.name}_K{m}C.toml"

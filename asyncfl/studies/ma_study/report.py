@@ -62,7 +62,7 @@ def write_report(study: Study, out: Path, rows: Rows, tuning_rows: Rows, figure_
         if spec.tuning.widen:
             L.append(f"* a grid whose best value was at an edge was extended beyond it, up to {spec.tuning.widen} time(s) "
                      "(`tuning.widen`); `tuning.csv` marks a chosen value still at an edge (`edge = 1`).")
-        for p in spec.privacy_settings:
+        for p in spec.privacy:
             where = f" (tasks {', '.join(p.tasks)})" if p.tasks else ""
             clip = p.clip if p.clip is not None else "per task (below)"
             L.append(f"* DP setting `{p.name}`{where}: {p.describe()}, clip S_Δ = {clip}.")
@@ -76,7 +76,7 @@ def write_report(study: Study, out: Path, rows: Rows, tuning_rows: Rows, figure_
                  f"latency {sc.latency.model_dump()}, local {sc.client.local_steps or sc.client.epochs} "
                  f"{'steps' if sc.client.local_steps else 'epochs'} lr {sc.client.lr} batch {sc.client.batch_size}, "
                  f"p = {sc.server.staleness_exponent}, τ_max = {sc.server.max_staleness}, β = {sc.server.beta}"
-                 f"{', DP clip S_Δ = %g' % (spec.privacy_settings[0].clip or sc.privacy.clip) if True in spec.dp else ''} — target {t.target_accuracy}")
+                 f"{', DP clip S_Δ = %g' % (spec.privacy[0].clip or sc.privacy.clip) if True in spec.dp else ''} — target {t.target_accuracy}")
     L.append("")
 
     lines, exact = speedup_table(study, rows)

@@ -48,13 +48,19 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
         total_hook(n_runs)
     tuned = run_points(study, [p for _, points in groups if len(points) > 1 for p in points], out, backend, progress)
     grids = {key: list(points) for key, points in groups}
+    curves: dict[Point, list[dict[str, float]]] = {}  # each tuning run's metrics.csv, read once
+
+    def curve(point: Point) -> list[dict[str, float]]:
+        if point not in curves:
+            curves[point] = read_metrics(out / point.rel_dir())
+        return curves[point]
+
     # widen every grid whose best learning rate sits at an edge (tuning.widen rounds at most)
     for _ in range(spec.tuning.widen):
         extra = {}
         for key, points in grids.items():
             if len(points) > 1:
-                scores = [tuning_score(read_metrics(out / p.rel_dir()), tuned[p]) for p in points]
-                nxt = widened(points, scores)
+                nxt = widened(points, [tuning_score(curve(p), tuned[p]) for p in points])
                 if nxt is not None:
                     extra[key] = nxt
         if not extra:
@@ -76,11 +82,7 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
         if len(points) == 1:
             chosen[key] = points[0].lr
             continue
-        scored = []
-        for point in points:
-            status = tuned[point]
-            metrics = read_metrics(out / point.rel_dir())
-            scored.append((point, tuning_score(metrics, status), metrics, status))
+        scored = [(point, tuning_score(curve(point), tuned[point]), curve(point), tuned[point]) for point in points]
         best = scored[best_of([sc for _, sc, _, _ in scored])][0]
         chosen[key] = best.lr
         lrs = sorted(p.lr for p in points)

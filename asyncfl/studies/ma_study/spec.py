@@ -163,15 +163,11 @@ class StudySpec(_Section):
     lr_grid: LrGrid
     defaults: dict[str, Any] = {}
     tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=50)]
+    # one [privacy] table is read as a list of one setting (parse_spec)
     privacy: Annotated[list[PrivacyEntry], Field(min_length=1, max_length=20)] = [PrivacyEntry()]
     tuning: TuningEntry = TuningEntry()
     # pooled (centralised) reference per task and seed: Adam steps (0: none; docs/tasks.md §12)
     pooled_steps: Annotated[int, Field(ge=0, le=10**6)] = 0
-
-    @property
-    def privacy_settings(self) -> list[PrivacyEntry]:
-        """The DP settings (one ``[privacy]`` table is read as a list of one)."""
-        return list(self.privacy)
 
     def seeds_of(self, dp: bool) -> list[int]:
         """The seeds of the DP (``dp_seeds``, default ``seeds``) or no-DP runs."""
