@@ -36,9 +36,10 @@ console = Console(highlight=False, markup=False, emoji=False, width=_width(sys.s
 err_console = Console(stderr=True, highlight=False, markup=False, emoji=False, width=_width(sys.stderr))
 
 
-def command_line() -> str:
-    """The command as typed (``asyncfl sweep …``), recorded in the folders a command makes."""
-    return " ".join(["asyncfl", *(shlex.quote(a) for a in sys.argv[1:])]) if sys.argv[1:] else "asyncfl"
+def command_line(args: Any) -> str:
+    """The command as typed (``asyncfl sweep …``; :func:`asyncfl.cli.main.main` records it),
+    written into the folders a command makes."""
+    return str(getattr(args, "command_line", "") or "asyncfl " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
 def say(text: str) -> None:

@@ -48,7 +48,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     try:
         _, rows = run_sweep(scenario, out, args.xi or (), args.gamma or (), args.rules, seeds, backend=backend,
                             on_outcome=on_run, on_start=display.start, budget=budget, fmt=args.format or "png",
-                            overwrite=args.overwrite, command=command_line())
+                            overwrite=args.overwrite, command=command_line(args))
     finally:
         display.close()
         backend.close()

@@ -37,7 +37,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     try:
         result = run_study(study, Path(args.out), progress=on_run, total_hook=on_total, backend=backend,
-                           fmt=args.format or "png", overwrite=args.overwrite, command=command_line())
+                           fmt=args.format or "png", overwrite=args.overwrite, command=command_line(args))
     finally:
         display.close()
         backend.close()

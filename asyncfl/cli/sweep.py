@@ -39,7 +39,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     try:
         result = run_sweep(grid, Path(args.out), backend, extend=args.extend, on_outcome=on_outcome, on_start=display.start,
-                           overwrite=args.overwrite, command=command_line())
+                           overwrite=args.overwrite, command=command_line(args))
     finally:
         display.close()
         backend.close()

@@ -300,7 +300,7 @@ def _check(path: Path, k: Kind, spec_digest: str, overwrite: bool,
     if not overwrite:
         made_by = marker.get("command") or f"an earlier {k.command}"
         raise UsageError(f"--out {path}: holds the results of another {k.command} (made by: {made_by}); rerun that command "
-                         "to resume it, choose another --out{k.hint}, or pass --overwrite to replace its files")
+                         f"to resume it, choose another --out{k.hint}, or pass --overwrite to replace its files")
     if foreign:
         raise UsageError(f"--out {path}: --overwrite removes only the files {k.command} made, and this folder also holds "
                          f"{_listed(foreign)}; nothing was removed: choose another --out")

@@ -28,8 +28,8 @@ behind.
 from __future__ import annotations
 
 import collections
-import concurrent.futures as cf
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import sys
 import tempfile
@@ -201,29 +201,110 @@ START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"
 
 
 class ProcessPool:
-    """``workers`` processes on this machine (:data:`START_METHOD`; they die with this one)."""
+    """``workers`` processes on this machine (:data:`START_METHOD`; they die with this one), each
+    running one job at a time, sent to it over a pipe when it is free.
+
+    A worker that dies (killed, out of memory) fails the one job it held, with its exit signal
+    in the message; it is replaced, and every other job runs or completes as usual (a pool of
+    :mod:`concurrent.futures` would instead break, failing every job not yet finished)."""
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
             raise UsageError(f"--workers {workers}: must be at least 1")
         self.slots = workers
-        self._pool = cf.ProcessPoolExecutor(
-            max_workers=workers, mp_context=mp.get_context(START_METHOD), initializer=_worker_init,
-            initargs=(os.getpid(), threading.current_thread() is threading.main_thread(), 1),
-        )
+        self._ctx = mp.get_context(START_METHOD)
+        self._workers: list[_Worker] = []
+
+    def _start(self) -> "_Worker":
+        ours, theirs = self._ctx.Pipe()
+        process = self._ctx.Process(target=_worker_main, daemon=True, args=(
+            theirs, os.getpid(), threading.current_thread() is threading.main_thread()))
+        process.start()
+        theirs.close()
+        worker = _Worker(process, ours)
+        self._workers.append(worker)
+        return worker
+
+    def _retire(self, worker: "_Worker") -> None:
+        self._workers.remove(worker)
+        worker.conn.close()
+        worker.process.join(timeout=5)
 
     def run(self, jobs: list[RunJob]) -> Iterator[RunOutcome]:
-        futures = {self._pool.submit(run_job, job): job for job in jobs}
-        for fut in cf.as_completed(futures):
-            job = futures[fut]
-            try:
-                yield fut.result()
-            except Exception as exc:  # the worker process died (killed, out of memory)
-                yield RunOutcome(job.name, Path(job.out), "failed", f"worker process lost: {type(exc).__name__}: {exc}",
-                                 read_summary(Path(job.out)), 0.0)
+        queue = collections.deque(jobs)
+        idle = [w for w in self._workers]
+        busy: dict[Any, tuple[_Worker, RunJob]] = {}  # the worker's pipe → (worker, its job)
+        while queue or busy:
+            while queue and (idle or len(self._workers) < self.slots):
+                worker = idle.pop() if idle else self._start()
+                job = queue.popleft()
+                try:
+                    worker.conn.send(job)
+                except (OSError, ValueError):  # it died while idle: replace it, the job waits for the next
+                    self._retire(worker)
+                    queue.appendleft(job)
+                    continue
+                busy[worker.conn] = (worker, job)
+            sentinels = {w.process.sentinel: conn for conn, (w, _) in busy.items()}
+            for ready in mp_connection.wait([*busy, *sentinels]):
+                conn = sentinels.get(ready, ready)
+                if conn not in busy:
+                    continue  # both its pipe and its sentinel were ready: handled
+                worker, job = busy.pop(conn)
+                try:
+                    outcome = conn.recv() if conn.poll() else None
+                except (EOFError, OSError):
+                    outcome = None
+                if outcome is None:  # the process died holding the job: that job alone fails
+                    worker.process.join(timeout=5)
+                    code = worker.process.exitcode
+                    how = (f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}")
+                    self._retire(worker)
+                    yield _failed(job, f"worker process lost ({how}) while running it; rerun the command to resume it")
+                    continue
+                idle.append(worker)
+                yield outcome
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for worker in list(self._workers):
+            try:
+                worker.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        for worker in list(self._workers):
+            worker.process.join(timeout=2)
+            if worker.process.is_alive():
+                worker.process.terminate()
+                worker.process.join(timeout=5)
+            worker.conn.close()
+        self._workers = []
+
+
+class _Worker(NamedTuple):
+    process: Any
+    conn: Any
+
+
+def _worker_main(conn: Any, parent: int, by_main_thread: bool) -> None:
+    """A pool worker: run each job sent until ``None`` (or the pipe closes)."""
+    _worker_init(parent, by_main_thread, 1)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if job is None:
+            return
+        try:
+            outcome = run_job(job)
+        except BaseException as exc:  # noqa: BLE001 - reported as the job's failure, the worker goes on
+            outcome = _failed(job, f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, KeyboardInterrupt):
+                outcome = outcome._replace(status="interrupted")
+        try:
+            conn.send(outcome)
+        except (OSError, ValueError):
+            return
 
 
 RAY_CONNECT_TIMEOUT = 30.0  # seconds to reach a cluster given by address before giving up

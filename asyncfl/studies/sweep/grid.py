@@ -121,8 +121,8 @@ def points(axes: tuple[Axis, ...], seeds: tuple[int, ...]) -> list[Point]:
     if count > MAX_POINTS:
         raise UsageError(f"the grid has {count} points; at most {MAX_POINTS} are allowed")
     keys = [a.key for a in axes]
-    if len(set(keys)) != len(keys) or any(k in RESERVED for k in keys):
-        raise UsageError("--grid: each key at most once, and not 'seed' (use --seeds) nor 'name'")
+    if len(set(keys)) != len(keys) or "seed" in keys:
+        raise UsageError("--grid: each key at most once, and not 'seed' (use --seeds)")
     return [Point(tuple(zip(keys, combo)), seed)
             for combo in itertools.product(*(a.values for a in axes)) for seed in seeds]
 
@@ -195,6 +195,9 @@ class Grid:
         ``--set`` changes it (switching ``latency.dist`` or ``task.name`` drops the old variant's
         keys; the notes saying so are appended to ``notes``, each once). All points are validated
         before any runs: every problem is reported at once, naming the key and the point."""
+        for axis in self.axes:
+            if axis.key in RESERVED:
+                raise UsageError(f"--grid {axis.key}: not a key a sweep can vary ({RESERVED[axis.key]})")
         base = scenario_mod.load(self.scenario_file, list(self.overrides)).to_dict()
         out, problems = [], []
         for name, point in zip(self.names(), self.points()):
