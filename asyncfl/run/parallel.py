@@ -125,12 +125,21 @@ def run_job(job: RunJob) -> RunOutcome:
 SHIPPED_LIMIT = 2**30  # bytes of one run directory sent either way
 
 
+#: the one sub-folder of a run directory that travels with it (run.tensorboard = true)
+SHIPPED_FOLDER = "tensorboard"
+
+
 def pack(out: Path) -> dict[str, bytes]:
-    """The files of a run directory (not its temporaries), by name."""
+    """The files of a run directory (not its temporaries), by name, and those of its
+    ``tensorboard/`` folder as ``tensorboard/NAME``."""
     out = Path(out)
     if not out.is_dir():
         return {}
     files = {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file() and not p.name.startswith(".")}
+    sub = out / SHIPPED_FOLDER
+    if sub.is_dir() and not sub.is_symlink():
+        files.update({f"{SHIPPED_FOLDER}/{p.name}": p.read_bytes() for p in sorted(sub.iterdir())
+                      if p.is_file() and not p.name.startswith(".")})
     if sum(map(len, files.values())) > SHIPPED_LIMIT:
         raise RunDirError(f"{out}: more than {SHIPPED_LIMIT} bytes to send to a worker")
     return files
@@ -141,13 +150,21 @@ def unpack(files: dict[str, bytes], out: Path) -> None:
     that ``files`` does not hold (the worker's directory is the run's directory)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        if "/" in name or name.startswith("."):
+    for name in files:
+        folder, _, leaf = name.rpartition("/")
+        if folder not in ("", SHIPPED_FOLDER) or not leaf or leaf.startswith(".") or "\\" in name or leaf in ("..", "."):
             raise RunDirError(f"a worker sent a file named {name!r}")
+    if any(name.startswith(SHIPPED_FOLDER + "/") for name in files):
+        (out / SHIPPED_FOLDER).mkdir(exist_ok=True)
+    for name, data in files.items():
         atomic_write(out / name, lambda p, data=data: p.write_bytes(data))
-    for p in out.iterdir():
-        if p.is_file() and not p.name.startswith(".") and p.name not in files:
-            p.unlink()
+    for folder in (out, out / SHIPPED_FOLDER):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for p in folder.iterdir():
+            rel = p.name if folder == out else f"{SHIPPED_FOLDER}/{p.name}"
+            if p.is_file() and not p.name.startswith(".") and rel not in files:
+                p.unlink()
 
 
 def run_shipped(job: RunJob, files: dict[str, bytes]) -> tuple[RunOutcome, dict[str, bytes]]:
@@ -308,6 +325,7 @@ def _worker_main(conn: Any, parent: int, by_main_thread: bool) -> None:
 
 
 RAY_CONNECT_TIMEOUT = 30.0  # seconds to reach a cluster given by address before giving up
+RAY_PROBE_TIMEOUT = 5.0  # seconds a listener has to answer the gRPC handshake
 
 
 class RunWorker:
@@ -346,7 +364,9 @@ class RayPool:
         self._owns = False
         if not ray.is_initialized():
             if address == "auto":
-                ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+                # "local": a new local instance even where RAY_ADDRESS names a cluster (as on managed
+                # clusters), which ray.init() would join instead, refusing num_cpus with a traceback
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
             else:
                 _check_reachable(address)
                 ray.init(address=address, logging_level="ERROR", log_to_driver=False)
@@ -439,10 +459,27 @@ def _check_reachable(address: str) -> None:
     if not host or not port.isdigit():
         raise UsageError(f"--ray {address}: expected 'auto' or HOST:PORT (the cluster's GCS address, e.g. 10.0.0.5:6379)")
     try:
-        with socket.create_connection((host, int(port)), timeout=min(RAY_CONNECT_TIMEOUT, 5.0)):
-            pass
+        with socket.create_connection((host, int(port)), timeout=min(RAY_CONNECT_TIMEOUT, 5.0)) as sock:
+            # Ray's GCS (and its client server) speak gRPC, i.e. HTTP/2: after the client's
+            # connection preface the server sends a SETTINGS frame (type 4). Anything else — a
+            # web server, a database, a program that says nothing — is not a Ray cluster, and
+            # ray.init would wait on it for minutes.
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+            sock.settimeout(RAY_PROBE_TIMEOUT)
+            head = b""
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except socket.timeout:
+        raise UsageError(f"--ray {address}: a program listens there but is not a Ray cluster (it did not answer as one "
+                         f"within {RAY_PROBE_TIMEOUT:g} s)") from None
     except OSError as exc:
         raise UsageError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
+    if len(head) < 9 or head[3] != 4:
+        raise UsageError(f"--ray {address}: a program listens there but is not a Ray cluster (it does not speak gRPC); "
+                         "give the address 'ray start --head' printed")
 
 
 def make_backend(workers: int | None = None, ray: str | None = None) -> Backend:
