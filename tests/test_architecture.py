@@ -36,7 +36,7 @@ LAYERS: list[set[str]] = [
     {"sim"},
     {"run"},
     {"figures", "studies", "results"},
-    {"cli"},
+    {"cli", "__main__"},  # python -m asyncfl is the command line
 ]
 
 

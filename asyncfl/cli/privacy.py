@@ -32,7 +32,7 @@ COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "claim", "rule", "seed", "status", "p
 def cmd_privacy(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     check_scenario(scenario)
-    seeds = list(parse_seeds(",".join(args.seeds), option="--seeds")) if args.seeds else [scenario.seed]
+    seeds = list(parse_seeds(args.seeds, option="--seeds")) if args.seeds else [scenario.seed]
     check_choices(args.rules, seeds)
     out = Path(args.out) if args.out else default_run_dir(scenario.name, prefix="privacy-")
     budget = resolve_budget(scenario)

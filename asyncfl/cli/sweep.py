@@ -23,7 +23,7 @@ from asyncfl.studies.sweep.run import run_sweep
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     axes = tuple(parse_grid(g) for g in args.grid)
-    seeds = parse_seeds(",".join(args.seeds)) if args.seeds else None
+    seeds = parse_seeds(args.seeds) if args.seeds else None
     if seeds is None:  # the scenario's own seed, after --set
         seeds = (scenario_mod.load(args.scenario, args.overrides).seed,)
     grid = Grid(Path(args.scenario), tuple(args.overrides), axes, seeds)
