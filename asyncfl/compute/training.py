@@ -15,7 +15,7 @@ executor that runs it (docs/architecture.md §2 principle 2).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -30,13 +30,23 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LocalJob:
     """One local training job. ``start`` is the initial iterate; ``centre`` the prox centre
-    (used when ``mu > 0`` or by the exact solver)."""
+    (used when ``mu > 0`` or by the exact solver). ``local_steps``, when set, replaces
+    ``client.local_steps`` for this job (an algorithm's inexactness schedule, docs/baselines.md
+    §4.2); None: the client section decides."""
 
     client: int
     start: torch.Tensor
     centre: torch.Tensor
     mu: float
     seed: int
+    local_steps: int | None = field(default=None, kw_only=True)
+
+
+def job_config(cfg: ClientConfig, job: LocalJob) -> ClientConfig:
+    """The client section as ``job`` uses it: its own ``local_steps`` when it has one."""
+    if job.local_steps is None:
+        return cfg
+    return cfg.model_copy(update={"local_steps": job.local_steps, "epochs": None})
 
 
 def batch_schedule(n: int, cfg: ClientConfig, generator: torch.Generator) -> list[torch.Tensor | None]:
@@ -75,6 +85,7 @@ def local_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
         if task.quadratic is None:
             raise ValueError("client.solver = 'exact' needs a quadratic task")
         return task.quadratic.prox(job.client, job.centre, job.mu).to(task.dtype)
+    cfg = job_config(cfg, job)
     data = task.clients[job.client]
     generator = torch.Generator().manual_seed(job.seed)
     k, mu, centre = job.client, job.mu, job.centre
@@ -117,7 +128,7 @@ def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[t
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         # id() is safe here: the jobs hold their tensors alive for the whole call
-        steps = local_steps_count(len(task.clients[job.client]), cfg)
+        steps = local_steps_count(len(task.clients[job.client]), job_config(cfg, job))
         groups.setdefault((id(job.start), id(job.centre), job.mu, steps), []).append(i)
     out: list[torch.Tensor] = [None] * len(jobs)  # type: ignore[list-item]
     layers = mlp_layers(task)
@@ -126,8 +137,10 @@ def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[t
             out[members[0]] = local_train(task, cfg, jobs[members[0]])
             continue
         group = [jobs[i] for i in members]
-        batches = _group_batches(task, cfg, group)
-        thetas = _train_group(task, cfg, group, batches) if layers is None else _train_group_mlp(task, cfg, group, batches, layers)
+        group_cfg = job_config(cfg, group[0])  # one number of steps per group
+        batches = _group_batches(task, group_cfg, group)
+        thetas = (_train_group(task, group_cfg, group, batches) if layers is None
+                  else _train_group_mlp(task, group_cfg, group, batches, layers))
         for i, theta in zip(members, thetas.unbind(0)):
             out[i] = theta
     return out

@@ -29,6 +29,7 @@ import tomli_w
 from pydantic import Field, ValidationError
 
 from asyncfl.config.base import MAX_INT, NonNegFloat, NonNegInt, PosFloat, PosInt, Probability, Section
+from asyncfl.config.comparators import OPTION_SECTIONS
 from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
 from asyncfl.config.latency import (
     ConstantLatency, ExponentialLatency, FedScaleLatency, HalfNormalLatency, LatencyConfig,
@@ -125,9 +126,12 @@ class ServerConfig(Section):
     # synchronous algorithms (docs/baselines.md)
     algorithm: Literal[ALGORITHMS.names] = "fedavg"
     alpha: Annotated[float, Field(gt=0, lt=2)] = 1.0
-    regularizer: Literal["none", "l1", "l2"] = "none"
+    regularizer: Literal["none", "l1", "l2", "box", "ball", "elastic-net", "group-lasso"] = "none"
     reg: NonNegFloat = 0.0
     skip_probability: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    # [server.options.NAME]: the section of the selected rule, algorithm or regulariser NAME
+    # (asyncfl.config.comparators.OPTION_SECTIONS), checked against that section's class
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +224,8 @@ class Scenario:
         out: dict[str, Any] = {"name": self.name, "seed": self.seed}
         for section in ("population", "latency", "task", "client", "server", "run", "privacy"):
             out[section] = getattr(self, section).model_dump(exclude_none=True)
+        if not out["server"]["options"]:
+            del out["server"]["options"]  # a scenario without options reads as it did before the key existed
         return out
 
     def to_toml(self) -> str:
@@ -282,7 +288,7 @@ def _errors_of(exc: ValidationError, prefix: str) -> list[str]:
 
 _ALL_MODELS: dict[str, type[Section]] = {
     cls.__name__: cls
-    for cls in [*SECTIONS.values(), *(e.config for reg, _ in TAGGED.values() for e in reg.entries())]
+    for cls in [*SECTIONS.values(), *(e.config for reg, _ in TAGGED.values() for e in reg.entries()), *OPTION_SECTIONS.values()]
 }
 
 
@@ -411,8 +417,12 @@ def _cross_check(sc: Scenario) -> Scenario:
             errors.append(f"server.concurrency = {k}: must be at most population.clients = {n}")
         if server.cohort is not None:
             errors.append(f"server.cohort = {server.cohort}: only the sync protocol has a cohort (use concurrency and buffer)")
-        if server.algorithm not in ("fedavg", "fedprox"):
-            errors.append(f"server.algorithm = {server.algorithm!r}: only the sync protocol runs {server.algorithm}; FedBuff uses 'fedavg' (or 'fedprox') with a server rule")
+        if server.algorithm not in FEDBUFF_ALGORITHMS:
+            errors.append(f"server.algorithm = {server.algorithm!r}: only the sync protocol runs {server.algorithm}; FedBuff runs "
+                          f"{', '.join(repr(a) for a in FEDBUFF_ALGORITHMS)}")
+        elif server.algorithm in ONE_UPLOAD_ALGORITHMS and c > n:
+            errors.append(f"server.buffer = {c}: must be at most population.clients = {n} with server.algorithm = "
+                          f"{server.algorithm!r} (a step takes one upload per client)")
         server_updates.update(concurrency=k, buffer=c)
     else:
         cohort = server.cohort if server.cohort is not None else min(n, 10)
@@ -426,6 +436,13 @@ def _cross_check(sc: Scenario) -> Scenario:
         server_updates.update(cohort=cohort, buffer=c)
     if server.regularizer != "none" and server.algorithm != "feddr":
         errors.append(f"server.regularizer = {server.regularizer!r}: only FedDR has a server regulariser (server.algorithm = 'feddr')")
+    if server.algorithm == "ca2fl":
+        if client.mu > 0:
+            errors.append(f"client.mu = {client.mu}: CA2FL's clients are FedAvg's (no proximal term); use client.mu = 0")
+        if server.staleness_exponent > 0:
+            errors.append(f"server.staleness_exponent = {server.staleness_exponent}: CA2FL calibrates unweighted updates "
+                          "(docs/async-optimisers.md §4); use 0")
+    errors.extend(_check_options(server, client))
     if server.algorithm in ("fedprox", "fedsplit", "feddr", "fedpd") and client.mu <= 0:
         errors.append(f"client.mu = {client.mu}: {server.algorithm} needs a positive proximal coefficient μ (= 1/s)")
     if server.algorithm == "fedavg" and client.mu > 0:
@@ -471,7 +488,41 @@ def _cross_check(sc: Scenario) -> Scenario:
 
 #: algorithms whose server step reads a table of every client's latest upload, outside the
 #: aggregator: the private aggregator never sees their uploads (docs/privacy.md §6)
-TABLE_ALGORITHMS = ("fedsplit", "feddr", "fedpd")
+TABLE_ALGORITHMS = ("fedsplit", "feddr", "fedpd", "ca2fl")
+#: algorithms the FedBuff protocol runs (the others are synchronous only)
+FEDBUFF_ALGORITHMS = ("fedavg", "fedprox", "ca2fl", "feddr")
+#: algorithms whose clients keep memory the server writes at each step: on FedBuff a client is
+#: not dispatched again while its upload waits in the buffer (docs/async-optimisers.md §5)
+ONE_UPLOAD_ALGORITHMS = ("feddr",)
+
+
+def one_upload_per_client(sc: Scenario) -> bool:
+    """Whether the run dispatches a client only when it has no undecided upload (the participation
+    ledger of docs/privacy.md §6): every private run, and FedBuff runs of :data:`ONE_UPLOAD_ALGORITHMS`."""
+    return sc.privacy.enabled or (sc.server.protocol == "fedbuff" and sc.server.algorithm in ONE_UPLOAD_ALGORITHMS)
+
+
+def _check_options(server: ServerConfig, client: ClientConfig) -> list[str]:
+    """``[server.options.NAME]``: NAME must be the selected rule, algorithm or regulariser and have a
+    section (:data:`~asyncfl.config.comparators.OPTION_SECTIONS`), whose class checks its keys;
+    FedDR's schedule needs SGD local steps."""
+    errors: list[str] = []
+    selected = {server.rule, server.algorithm, server.regularizer}
+    for name, table in server.options.items():
+        where = f"server.options.{name}"
+        if name not in OPTION_SECTIONS:
+            errors.append(f"{where}: no component of that name has options{_suggest(name, list(OPTION_SECTIONS))}")
+        elif name not in selected:
+            errors.append(f"{where}: {name!r} is not selected (server.rule = {server.rule!r}, server.algorithm = "
+                          f"{server.algorithm!r}, server.regularizer = {server.regularizer!r})")
+        else:
+            _validate_section(OPTION_SECTIONS[name], table, where, errors)
+    if server.algorithm == "feddr" and "feddr" in server.options and not errors:
+        schedule = OPTION_SECTIONS["feddr"].model_validate(server.options["feddr"]).schedule
+        if schedule != "constant" and (client.solver != "sgd" or client.local_steps is None):
+            errors.append(f"server.options.feddr.schedule = {schedule!r}: needs client.solver = 'sgd' with client.local_steps "
+                          "(the schedule sets the local steps of each round)")
+    return errors
 
 
 def _check_participation(sc: Scenario, buffer: int) -> list[str]:

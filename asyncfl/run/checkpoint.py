@@ -45,10 +45,12 @@ from asyncfl.clients.replay import ReplayState
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.files import read_limited
 from asyncfl.config.memory import machine_memory
-from asyncfl.config.scenario import Scenario
+from asyncfl.config.scenario import Scenario, one_upload_per_client
 from asyncfl.errors import CheckpointError
 from asyncfl.run.rundir import torch_bytes, write_bytes
 from asyncfl.server.algorithms import PseudoGradientState
+from asyncfl.server.async_rules import AMSGradState
+from asyncfl.server.ca2fl import CA2FLState
 from asyncfl.server.ma import MAFullState, MALightState
 from asyncfl.server.rules import AdamState, EmptyState, TraceState
 from asyncfl.server.splitting import BaselineState, ClientJob
@@ -64,7 +66,7 @@ STATE_TYPES: dict[str, type] = {
     for cls in (
         SimState, ClientState, Counters, Records, WaiterState, FedBuffState, SyncState, FleetState, ReplayState,
         ParticipationState, LocalJob, ClientJob, PseudoGradientState, EmptyState, TraceState, AdamState, MAFullState, MALightState,
-        BaselineState,
+        BaselineState, AMSGradState, CA2FLState,
     )
 }
 _PLAIN = (type(None), bool, int, float, str)
@@ -343,16 +345,17 @@ def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list
     up to the accepted uploads, and exactly the clients of the undecided dispatches pending."""
     p, n = scenario.privacy, scenario.population.clients
     led = s.participation
-    if not p.enabled:
-        return [] if led is None else ["state.participation: a participation ledger, but privacy is not enabled"]
+    if not one_upload_per_client(scenario):
+        return [] if led is None else ["state.participation: a participation ledger, but neither privacy nor the algorithm needs one"]
     if led is None:
-        return ["state.participation: missing; a private run keeps participations per client"]
+        return ["state.participation: missing; this run keeps participations per client (privacy, or a FedBuff run of "
+                f"{scenario.server.algorithm!r})"]
     problems: list[str] = []
     spent, pending, first = led.spent, led.pending, led.first_step
     if spent.shape != (n,) or spent.dtype != np.int64 or pending.shape != (n,) or pending.dtype != np.bool_:
         return [f"state.participation: spent {_describe(spent)}, pending {_describe(pending)}; expected int64 and bool "
                 f"of shape ({n},) (population.clients = {n})"]
-    cap = p.max_participations if p.sampling == "participation-cap" else None
+    cap = p.max_participations if p.enabled and p.sampling == "participation-cap" else None
     if spent.size and int(spent.min()) < 0:
         problems.append("state.participation.spent: negative participations")
     if cap is not None and spent.size and int(spent.max()) > cap:

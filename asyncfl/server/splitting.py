@@ -34,20 +34,25 @@ table is the cohort's uploads and each algorithm is exactly its seed pseudo-code
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from asyncfl.compute.training import LocalJob
+from asyncfl.config.comparators import OPTION_SECTIONS, FedDRDiagnosticsConfig, options_of
 from asyncfl.server.aggregation import Aggregator, ClientUpdate
 from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
+from asyncfl.server.prox import Regularizer, gradient_mapping
 from asyncfl.server.rules import ServerRule
+from asyncfl.tasks.base import Task
 
 if TYPE_CHECKING:
     from asyncfl.config.scenario import Scenario
-    from asyncfl.tasks.base import Task
 
 Memory = dict[str, torch.Tensor]
 
@@ -76,6 +81,7 @@ class BaselineState(NamedTuple):
     server: dict[str, torch.Tensor]
     rounds: int
     communications: int
+    diagnostics: tuple = ()  # FedDR: one (step, ‖G_β(θ̄)‖, residual mean, residual max) per evaluation
 
 
 class PersistentClients(Algorithm):
@@ -171,8 +177,13 @@ class PersistentClients(Algorithm):
                 table[k] = self.upload({name: clients[name][k] for name in self.memory})
             theta, server = self.server_step(theta, table.mean(dim=0), server)
             clients = self.broadcast(theta, clients)
-        new_state = BaselineState(clients, table, server, state.rounds + 1, state.communications + int(communicate))
+        new_state = BaselineState(clients, table, server, state.rounds + 1, state.communications + int(communicate),
+                                  state.diagnostics + self.diagnose(step, theta, updates))
         return theta, new_state, StepInfo()
+
+    def diagnose(self, step: int, theta: torch.Tensor, updates: Sequence[ClientUpdate]) -> tuple:
+        """Diagnostics recorded after server step ``step`` (default: none)."""
+        return ()
 
 
 class FedSplit(PersistentClients):
@@ -201,16 +212,32 @@ class FedSplit(PersistentClients):
 
 
 def prox_regularizer(kind: str, reg: float, v: torch.Tensor, step: float) -> torch.Tensor:
-    """``prox_{step·g}(v) = argmin_x g(x) + ‖x − v‖²/(2·step)`` for FedDR's server regulariser:
-    ``none``: ``g = 0`` → ``v``; ``l1``: ``g = reg‖x‖₁`` → soft-threshold at ``step·reg``;
-    ``l2``: ``g = (reg/2)‖x‖²`` → ``v / (1 + step·reg)``."""
-    if kind == "none" or reg == 0.0:
-        return v
-    if kind == "l1":
-        return torch.sign(v) * torch.clamp(v.abs() - step * reg, min=0.0)
-    if kind == "l2":
-        return v / (1.0 + step * reg)
-    raise ValueError(f"unknown regulariser {kind!r}; known: none, l1, l2")
+    """``prox_{step·g}(v) = argmin_x g(x) + ‖x − v‖²/(2·step)`` for the regularisers with one
+    parameter ``reg``: ``none``: ``g = 0`` → ``v``; ``l1``: ``g = reg‖x‖₁`` → soft-threshold at
+    ``step·reg``; ``l2``: ``g = (reg/2)‖x‖²`` → ``v / (1 + step·reg)``
+    (:class:`~asyncfl.server.prox.Regularizer` has every kind)."""
+    if kind not in ("none", "l1", "l2"):
+        raise ValueError(f"unknown regulariser {kind!r}; known: none, l1, l2")
+    return Regularizer(kind, reg).prox(v, step)
+
+
+def full_gradient(task: Task, theta: torch.Tensor) -> torch.Tensor:
+    """``∇f(θ)`` of ``f = (1/N) Σ_k f_k`` on every client's whole data set (autograd)."""
+    leaf = theta.detach().clone().requires_grad_()
+    with torch.enable_grad():
+        total = sum(task.batch_objective(leaf, k, c.x, c.y) for k, c in enumerate(task.clients))
+        (grad,) = torch.autograd.grad(total / task.num_clients, leaf)
+    return grad.detach()
+
+
+def local_residual(task: Task, k: int, x: torch.Tensor, centre: torch.Tensor, mu: float) -> float:
+    """``‖∇f_k(x) + μ(x − centre)‖₂``: how far ``x`` is from solving the client's prox problem
+    ``min f_k + (μ/2)‖· − centre‖²`` (0 exactly at ``prox_{f_k,μ}(centre)``; docs/baselines.md §4.1)."""
+    leaf = x.detach().clone().requires_grad_()
+    data = task.clients[k]
+    with torch.enable_grad():
+        (grad,) = torch.autograd.grad(task.batch_objective(leaf, k, data.x, data.y), leaf)
+    return float(torch.linalg.vector_norm(grad + mu * (x - centre)))
 
 
 class FedDR(PersistentClients):
@@ -234,12 +261,69 @@ class FedDR(PersistentClients):
 
     memory = ("omega", "x")
 
-    def __init__(self, num_clients: int, mu: float, alpha: float, regularizer: str = "none", reg: float = 0.0) -> None:
+    def __init__(self, num_clients: int, mu: float, alpha: float, regularizer: str | Regularizer = "none",
+                 reg: float = 0.0, *, options: FedDRDiagnosticsConfig | None = None, task: Task | None = None,
+                 base_local_steps: int | None = None, eval_every: int = 0, steps: int = 0) -> None:
         super().__init__(num_clients, mu)
         if not 0.0 < alpha < 2.0:
             raise ValueError(f"FedDR needs α in (0, 2), got {alpha}")
-        self.alpha, self.regularizer, self.reg = float(alpha), regularizer, float(reg)
-        prox_regularizer(regularizer, 1.0, torch.zeros(1), 1.0)  # unknown names fail here
+        self.g = regularizer if isinstance(regularizer, Regularizer) else Regularizer(regularizer, float(reg))
+        self.alpha, self.regularizer, self.reg = float(alpha), self.g.kind, self.g.reg
+        self.options = options if options is not None else FedDRDiagnosticsConfig(diagnostics=False)
+        if self.options.diagnostics and task is None:
+            raise ValueError("FedDR's diagnostics need the task (its gradients)")
+        if self.options.schedule != "constant" and base_local_steps is None:
+            raise ValueError(f"FedDR's {self.options.schedule} schedule needs client.local_steps")
+        self.task, self.base_local_steps = task, base_local_steps
+        self.eval_every, self.steps = eval_every, steps
+
+    @classmethod
+    def from_config(cls, cfg: FedDRDiagnosticsConfig) -> Callable[..., "FedDR"]:
+        """FedDR with its diagnostics and schedule section ``cfg``; the run supplies the rest
+        (``FedDR.from_config(cfg)(num_clients, mu, alpha, …)``)."""
+        return functools.partial(cls, options=cfg)
+
+    @property
+    def beta(self) -> float:
+        """The server's prox step ``β = Ns/(N + 1)``, also the gradient mapping's (§4.1)."""
+        return self.num_clients * self.s / (self.num_clients + 1)
+
+    def local_steps(self, t: int) -> int | None:
+        """Local steps of a job dispatched in server step ``t`` (docs/baselines.md §4.2)."""
+        o, base = self.options, self.base_local_steps
+        if o.schedule == "constant" or base is None:
+            return None
+        if o.schedule == "linear":
+            n = base + math.floor(o.growth * (t - 1))
+        else:
+            n = math.ceil(base * o.growth ** min(t - 1, 10_000))
+        return int(min(max(n, 1), o.max_local_steps))
+
+    def make_job(self, client: int, theta: torch.Tensor, seed: int, state: BaselineState) -> ClientJob:
+        job = super().make_job(client, theta, seed, state)
+        steps = self.local_steps(state.rounds + 1)
+        return job if steps is None else dataclasses.replace(job, local_steps=steps)
+
+    def diagnose(self, step: int, theta: torch.Tensor, updates: Sequence[ClientUpdate]) -> tuple:
+        """At an evaluation step (``step`` a multiple of ``run.eval_every``, or the last):
+        ``(step, ‖G_β(θ̄)‖, mean and max of the step's client prox residuals)``."""
+        if not self.options.diagnostics or self.task is None:
+            return ()
+        if not (step == self.steps or (self.eval_every and step % self.eval_every == 0)):
+            return ()
+        mapping = gradient_mapping(theta, full_gradient(self.task, theta), self.g, self.beta)
+        residuals = [local_residual(self.task, u.client, u.message[1], u.message[0], self.mu) for u in updates]
+        return ((step, float(torch.linalg.vector_norm(mapping)), float(np.mean(residuals)), float(np.max(residuals))),)
+
+    def summary(self, state: BaselineState) -> dict[str, Any]:
+        """The baseline section, with FedDR's diagnostics when recorded (docs/baselines.md §4.1)."""
+        out = super().summary(state)
+        if state.diagnostics:
+            out["baseline"]["diagnostics"] = {
+                "columns": ["step", "gradient_mapping", "prox_residual_mean", "prox_residual_max"],
+                "rows": [list(row) for row in state.diagnostics],
+            }
+        return out
 
     def init_server(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"omega": theta.clone()}
@@ -258,7 +342,7 @@ class FedDR(PersistentClients):
         K = self.num_clients
         omega = server["omega"] + self.alpha * (theta - server["omega"])
         centre = (K * mean_upload + omega) / (K + 1)
-        return prox_regularizer(self.regularizer, self.reg, centre, K * self.s / (K + 1)), {"omega": omega}
+        return self.g.prox(centre, self.beta), {"omega": omega}
 
 
 class FedPD(PersistentClients):
@@ -325,9 +409,15 @@ def build_fedsplit(scenario: Scenario, task: Task, aggregator: Aggregator, rule:
 
 
 def build_feddr(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedDR:
-    """FedDR with ``server.alpha`` and the server regulariser ``server.regularizer`` / ``reg``."""
+    """FedDR with ``server.alpha``, the server regulariser ``server.regularizer`` (``reg``, or its
+    ``[server.options.KIND]`` section) and ``[server.options.feddr]`` (diagnostics, schedule). On
+    either protocol: on FedBuff it is asynchronous FedDR (docs/async-optimisers.md §5)."""
     server = scenario.server
-    return FedDR(task.num_clients, scenario.client.mu, server.alpha, server.regularizer, server.reg)
+    kind = server.regularizer
+    g = Regularizer(kind, server.reg, options_of(server, kind) if kind in OPTION_SECTIONS else None)
+    make = FedDR.from_config(options_of(server, "feddr"))
+    return make(task.num_clients, scenario.client.mu, server.alpha, g, task=task,
+                base_local_steps=scenario.client.local_steps, eval_every=scenario.run.eval_every, steps=scenario.run.steps)
 
 
 def build_fedpd(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedPD:
