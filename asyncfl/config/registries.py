@@ -47,8 +47,8 @@ RULES: Registry = Registry("server rule", "server.rule", {
     "adam": ("asyncfl.server.rules:Adam", "Adam on r_t, bias-corrected moments"),
     "ma-full": ("asyncfl.server.ma:MAFull", "momentum approximation: least-squares weights over the history"),
     "ma-light": ("asyncfl.server.ma:MALight", "momentum approximation: one buffer, two fitted coefficients"),
-    "sgd-delay": ("asyncfl.server.plugins:SGD_DELAY_RULE", "m_t = s_t r_t, the step shrunk as min(1, κ/τ_max) past τ_c"),
-    "fadas": ("asyncfl.server.plugins:FADAS_RULE", "FADAS: AMSGrad on r_t with the delay-adaptive step"),
+    "sgd-delay": ("asyncfl.server.plugins:DelayAdaptiveSGDRule", "m_t = s_t r_t, the step shrunk as min(1, κ/τ_max) past τ_c"),
+    "fadas": ("asyncfl.server.plugins:FADASRule", "FADAS: AMSGrad on r_t with the delay-adaptive step"),
 })
 
 # -- server algorithms (docs/baselines.md) ----------------------------------------------------
