@@ -131,7 +131,7 @@ class ServerConfig(Section):
     skip_probability: Annotated[float, Field(ge=0, lt=1)] = 0.0
     # [server.options.NAME]: the section of the selected rule, algorithm or regulariser NAME
     # (asyncfl.config.comparators.OPTION_SECTIONS), checked against that section's class
-    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    options: dict[str, dict[str, Any]] = {}
 
 
 # ---------------------------------------------------------------------------------------------
