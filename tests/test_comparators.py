@@ -15,12 +15,13 @@ import torch
 
 from asyncfl.cli.main import main
 from asyncfl.config import scenario as sc
-from asyncfl.config.comparators import CA2FLConfig, DelayScaleConfig, FADASConfig
+from asyncfl.config.server import DelayScaleConfig, FADASConfig
 from asyncfl.errors import ScenarioError
 from asyncfl.server.aggregation import Aggregate, ClientUpdate, ExactAggregator
 from asyncfl.server.algorithms import ServerStreams
 from asyncfl.server.async_rules import FADAS, DelayAdaptiveSGD, delay_scale, max_staleness
-from asyncfl.server.ca2fl import CA2FL
+from asyncfl.server.algorithms import AlgorithmContext
+from asyncfl.server.ca2fl import CA2FL, build_ca2fl
 from asyncfl.server.compose import make_rule
 from asyncfl.server.rules import SGD, apply
 from asyncfl.sim.engine import run_blocking
@@ -57,7 +58,7 @@ def test_max_staleness_and_the_delay_scale_follow_the_definition():
 @pytest.mark.parametrize("threshold,kappa", [(1, 1.0), (2, 1.5), (10, 1.0)])
 def test_delay_adaptive_sgd_is_the_hand_unrolled_scaled_gradient_step(threshold, kappa):
     lr = 0.3
-    got = _run_rule(DelayAdaptiveSGD.from_config(DelayScaleConfig(threshold=threshold, kappa=kappa)), lr)
+    got = _run_rule(DelayAdaptiveSGD.from_config(DelayScaleConfig(delay_threshold=threshold, delay_kappa=kappa)), lr)
     theta, want = THETA0.copy(), [THETA0.copy()]
     for w in ROWS:
         tau = max(i for i, x in enumerate(w) if x != 0)
@@ -69,7 +70,8 @@ def test_delay_adaptive_sgd_is_the_hand_unrolled_scaled_gradient_step(threshold,
         np.testing.assert_allclose(got, _run_rule(SGD(), lr), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("cfg", [FADASConfig(), FADASConfig(beta1=0.5, beta2=0.9, eps=1e-3, threshold=2, kappa=2.0),
+@pytest.mark.parametrize("cfg", [FADASConfig(), FADASConfig(beta=0.5, fadas_beta2=0.9, fadas_eps=1e-3, delay_threshold=2,
+                                             delay_kappa=2.0),
                                  FADASConfig(delay_adaptive=False)])
 def test_fadas_is_amsgrad_with_the_delay_adaptive_step_unrolled_by_hand(cfg):
     lr = 0.05
@@ -79,12 +81,12 @@ def test_fadas_is_amsgrad_with_the_delay_adaptive_step_unrolled_by_hand(cfg):
     want = [theta.copy()]
     for w in ROWS:
         r = H @ theta
-        m = cfg.beta1 * m + (1 - cfg.beta1) * r
-        v = cfg.beta2 * v + (1 - cfg.beta2) * r**2
+        m = cfg.beta * m + (1 - cfg.beta) * r
+        v = cfg.fadas_beta2 * v + (1 - cfg.fadas_beta2) * r**2
         v_hat = np.maximum(v_hat, v)
         tau = max(i for i, x in enumerate(w) if x != 0)
-        s = 1.0 if not cfg.delay_adaptive or tau <= cfg.threshold else min(1.0, cfg.kappa / tau)
-        theta = theta - lr * s * m / (np.sqrt(v_hat) + cfg.eps)
+        s = 1.0 if not cfg.delay_adaptive or tau <= cfg.delay_threshold else min(1.0, cfg.delay_kappa / tau)
+        theta = theta - lr * s * m / (np.sqrt(v_hat) + cfg.fadas_eps)
         want.append(theta.copy())
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
@@ -93,25 +95,41 @@ def test_fadas_first_step_is_sign_like_and_the_defaults_are_the_documented_ones(
     # step 1 from zero moments: m = (1−β₁)r, v̂ = (1−β₂)r², so the direction is
     # (1−β₁)/√(1−β₂) · sign(r) up to ε: 0.1/√0.01 = 1 per coordinate with the defaults
     cfg = FADASConfig()
-    assert (cfg.beta1, cfg.beta2, cfg.eps, cfg.threshold, cfg.kappa, cfg.delay_adaptive) == (0.9, 0.99, 1e-8, 1, 1.0, True)
+    assert (cfg.beta, cfg.fadas_beta2, cfg.fadas_eps, cfg.delay_threshold, cfg.delay_kappa, cfg.delay_adaptive) == (
+        0.9, 0.99, 1e-8, 1, 1.0, True)
     rule = FADAS.from_config(cfg)
     r = torch.tensor([2.0, -0.5, 1e-3], dtype=torch.float64)
     out = rule.direction(Aggregate(1, r, np.array([1.0])), rule.init(torch.zeros(3, dtype=torch.float64)))
     np.testing.assert_allclose(out.direction.numpy(), np.sign(r.numpy()), rtol=1e-4)
 
 
-def test_new_rules_are_selected_and_configured_by_their_option_sections():
-    raw = make_raw(**{"server.rule": "fadas", "server.options": {"fadas": {"threshold": 3, "beta2": 0.95}}})
-    rule = make_rule(sc.validate(raw).server)
-    assert isinstance(rule, FADAS) and rule.cfg == FADASConfig(threshold=3, beta2=0.95)
-    rule = make_rule(sc.validate(make_raw(**{"server.rule": "sgd-delay"})).server)
-    assert isinstance(rule, DelayAdaptiveSGD) and rule.delay == DelayScaleConfig()
+def test_new_rules_are_selected_by_name_and_configured_by_their_own_server_keys():
+    scenario = sc.validate(make_raw(**{"server.rule": "fadas", "server.delay_threshold": 3, "server.fadas_beta2": 0.95}))
+    rule = make_rule(scenario)
+    assert isinstance(rule, FADAS) and rule.cfg == FADASConfig(delay_threshold=3, fadas_beta2=0.95)
+    assert scenario.config_of("rule") == FADASConfig(delay_threshold=3, fadas_beta2=0.95)
+    rule = make_rule(sc.validate(make_raw(**{"server.rule": "sgd-delay", "server.delay_kappa": 2.0})))
+    assert isinstance(rule, DelayAdaptiveSGD) and rule.delay == DelayScaleConfig(delay_kappa=2.0)
+    with pytest.raises(ScenarioError) as err:  # a key of a rule the scenario does not name
+        sc.validate(make_raw(**{"server.rule": "sgd", "server.fadas_beta2": 0.9}))
+    assert "server.fadas_beta2: unknown key" in str(err.value) and "'fadas'" in str(err.value)
     with pytest.raises(ScenarioError) as err:
-        sc.validate(make_raw(**{"server.rule": "sgd", "server.options": {"fadas": {"kappa": -1.0}}}))
-    assert "server.options.fadas: 'fadas' is not selected" in str(err.value)
-    with pytest.raises(ScenarioError) as err:
-        sc.validate(make_raw(**{"server.rule": "fadas", "server.options": {"fadas": {"kappa": -1.0}}}))
-    assert "server.options.fadas.kappa = -1.0: must be greater than 0" in str(err.value)
+        sc.validate(make_raw(**{"server.rule": "fadas", "server.delay_kappa": -1.0}))
+    assert "server.delay_kappa = -1.0: must be greater than 0" in str(err.value)
+
+
+def test_the_comparators_declare_their_traits_and_state():
+    from asyncfl.components.registry import REGISTRY
+    from asyncfl.run.checkpoint import state_types
+    from asyncfl.server.async_rules import AMSGradState
+    from asyncfl.server.ca2fl import CA2FLState
+
+    assert REGISTRY.get("rule", "fadas").traits.own_bias is None  # not linear in the aggregates
+    assert REGISTRY.get("rule", "sgd-delay").traits.own_bias is None  # s_t depends on the staleness
+    ca2fl, feddr = REGISTRY.get("algorithm", "ca2fl").traits, REGISTRY.get("algorithm", "feddr").traits
+    assert (ca2fl.protocols, ca2fl.uses_rule, ca2fl.mu, ca2fl.private, ca2fl.one_upload_per_client) == (None, True, "zero", False, False)
+    assert (feddr.protocols, feddr.uses_rule, feddr.one_upload_per_client) == (None, False, True)
+    assert state_types()["AMSGradState"] is AMSGradState and state_types()["CA2FLState"] is CA2FLState
 
 
 # ----------------------------------------------------------------------------------------------
@@ -120,7 +138,8 @@ def test_ca2fl_calibrates_with_the_cache_as_defined():
     """Three steps, N = 4 clients, C = 3 (client 1 twice in step 2), checked against
     v_t = mean_k h_k + (1/C) Σ_i (Δ_i − h_{k_i}) with the cache of the step's start."""
     N, lr = 4, 0.5
-    alg = CA2FL.from_config(CA2FLConfig())(N, ExactAggregator(0.0, None), SGD(), lr)
+    alg = build_ca2fl(None, AlgorithmContext(N, 0.0, lr, ExactAggregator(0.0, None), SGD()))
+    assert isinstance(alg, CA2FL)
     rng = np.random.default_rng(3)
     steps = [[0, 1, 2], [1, 3, 1], [2, 0, 3]]
     theta = torch.zeros(2, dtype=torch.float64)
@@ -173,14 +192,24 @@ def test_feddr_on_fedbuff_with_exact_solves_reaches_the_pooled_least_squares_sol
 
 def test_ca2fl_on_fedbuff_is_refused_with_privacy_a_staleness_exponent_or_a_proximal_term():
     for server, client, needle in [({"algorithm": "ca2fl", "staleness_exponent": 0.5}, {}, "server.staleness_exponent = 0.5"),
-                                   ({"algorithm": "ca2fl"}, {"mu": 0.1}, "client.mu = 0.1")]:
-        raw = make_raw(**{f"server.{k}": v for k, v in server.items()}, **{f"client.{k}": v for k, v in client.items()})
+                                   ({"algorithm": "ca2fl"}, {"mu": 0.1}, "client.mu = 0.1"),
+                                   ({"algorithm": "ca2fl", "max_staleness": 4}, {},
+                                    "privacy.enabled = true: server.algorithm = 'ca2fl'")]:
+        if "max_staleness" in server:
+            client = {}
+            server = {**server}
+            extra = {"privacy.enabled": True, "privacy.noise_multiplier": 1.0, "privacy.gamma": 1.0}
+        else:
+            extra = {}
+        raw = make_raw(**{f"server.{k}": v for k, v in server.items()}, **{f"client.{k}": v for k, v in client.items()},
+                       **extra)
         with pytest.raises(ScenarioError) as err:
             sc.validate(raw)
         assert needle in str(err.value)
     with pytest.raises(ScenarioError) as err:
         sc.validate(make_raw(**{"server.algorithm": "fedsplit"}))
-    assert "FedBuff runs 'fedavg', 'fedprox', 'ca2fl', 'feddr'" in str(err.value)
+    assert "server.algorithm = 'fedsplit': runs on server.protocol = 'sync' only" in str(err.value)
+    assert "'fedavg', 'fedprox', 'feddr', 'ca2fl'" in str(err.value)  # what FedBuff runs, from the traits
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,10 +12,9 @@ import scipy.optimize
 import torch
 
 from asyncfl.config import scenario as sc
-from asyncfl.config.comparators import BallConfig, BoxConfig, ElasticNetConfig, FedDRDiagnosticsConfig, GroupLassoConfig
 from asyncfl.errors import ScenarioError
 from asyncfl.server.prox import Regularizer, gradient_mapping
-from asyncfl.server.splitting import FedDR, full_gradient
+from asyncfl.server.splitting import Schedule, full_gradient
 from asyncfl.sim.engine import Simulation, run_blocking
 
 V = np.array([1.7, -0.2, 0.05, -2.4, 0.9])
@@ -24,10 +23,10 @@ H_STEP = 0.6
 REGULARIZERS = [
     Regularizer("l1", 0.5),
     Regularizer("l2", 0.8),
-    Regularizer("box", options=BoxConfig(low=-0.5, high=1.0)),
-    Regularizer("ball", options=BallConfig(radius=1.5)),
-    Regularizer("elastic-net", options=ElasticNetConfig(l1=0.3, l2=0.7)),
-    Regularizer("group-lasso", options=GroupLassoConfig(weight=0.9, group_size=2)),  # groups {0,1}, {2,3}, {4}
+    Regularizer("box", low=-0.5, high=1.0),
+    Regularizer("ball", radius=1.5),
+    Regularizer("elastic-net", reg=0.3, reg_l2=0.7),
+    Regularizer("group-lasso", reg=0.9, group_size=2),  # groups {0,1}, {2,3}, {4}
 ]
 
 
@@ -37,17 +36,16 @@ def _numerical_prox(g: Regularizer, v: np.ndarray, h: float) -> np.ndarray:
     or Powell on the group norms, each polished to 1e-10."""
     d = v.size
     if g.kind == "box":
-        o = g.options
         res = scipy.optimize.minimize(lambda x: np.sum((x - v) ** 2) / (2 * h), v * 0, method="L-BFGS-B",
-                                      bounds=[(o.low, o.high)] * d, options={"ftol": 1e-15, "gtol": 1e-12})
+                                      bounds=[(g.low, g.high)] * d, options={"ftol": 1e-15, "gtol": 1e-12})
         return res.x
     if g.kind == "ball":
-        cons = {"type": "ineq", "fun": lambda x: g.options.radius**2 - x @ x}
+        cons = {"type": "ineq", "fun": lambda x: g.radius**2 - x @ x}
         res = scipy.optimize.minimize(lambda x: np.sum((x - v) ** 2) / (2 * h), np.zeros(d), method="SLSQP",
                                       constraints=[cons], options={"ftol": 1e-15, "maxiter": 500})
         return res.x
     if g.kind in ("l1", "l2", "elastic-net"):
-        l1, l2 = {"l1": (g.reg, 0.0), "l2": (0.0, g.reg)}.get(g.kind, (getattr(g.options, "l1", 0), getattr(g.options, "l2", 0)))
+        l1, l2 = {"l1": (g.reg, 0.0), "l2": (0.0, g.reg)}.get(g.kind, (g.reg, g.reg_l2))
 
         def f(z):
             x = z[:d] - z[d:]
@@ -56,11 +54,9 @@ def _numerical_prox(g: Regularizer, v: np.ndarray, h: float) -> np.ndarray:
         res = scipy.optimize.minimize(f, np.ones(2 * d), method="L-BFGS-B", bounds=[(0, None)] * (2 * d),
                                       options={"ftol": 1e-15, "gtol": 1e-12})
         return res.x[:d] - res.x[d:]
-    o = g.options
-
     def f(x):
-        groups = [x[i:i + o.group_size] for i in range(0, d, o.group_size)]
-        return o.weight * sum(np.linalg.norm(gr) for gr in groups) + np.sum((x - v) ** 2) / (2 * h)
+        groups = [x[i:i + g.group_size] for i in range(0, d, g.group_size)]
+        return g.reg * sum(np.linalg.norm(gr) for gr in groups) + np.sum((x - v) ** 2) / (2 * h)
 
     res = scipy.optimize.minimize(f, v.copy(), method="Powell", options={"xtol": 1e-12, "ftol": 1e-15, "maxiter": 100000})
     return res.x
@@ -94,7 +90,7 @@ def test_gradient_mapping_is_the_gradient_without_g_and_zero_at_a_stationary_poi
     theta = torch.tensor([0.5, 0.1, -0.4])
     np.testing.assert_allclose(gradient_mapping(theta, grad, Regularizer("none"), 0.7).numpy(), grad.numpy(), rtol=1e-15)
     # box [−1, 1] at θ = (1, 0, −1) with ∇f = (−2, 0, 3): pushing outwards, θ − β∇f is clipped back to θ
-    box = Regularizer("box", options=BoxConfig(low=-1.0, high=1.0))
+    box = Regularizer("box", low=-1.0, high=1.0)
     theta = torch.tensor([1.0, 0.0, -1.0])
     assert float(torch.linalg.vector_norm(gradient_mapping(theta, torch.tensor([-2.0, 0.0, 3.0]), box, 0.5))) == 0.0
     # l1 (κ = 1) at θ = 0 with |∇f| ≤ κ: 0 ∈ ∇f + ∂g, so G = 0; with |∇f| = 1.5 > κ it is 0.5 per coordinate
@@ -105,11 +101,11 @@ def test_gradient_mapping_is_the_gradient_without_g_and_zero_at_a_stationary_poi
                                [0.5, -0.5], rtol=1e-14)
 
 
-def _feddr(**options):
+def _feddr(**server):
     return {"population": {"clients": 4}, "latency": {"dist": "constant", "value": 1.0},
             "task": {"name": "quadratic", "problem": "random", "dim": 4, "samples_per_client": 10},
             "client": {"local_steps": 2, "lr": 0.01, "mu": 1.0},
-            "server": {"protocol": "sync", "cohort": 4, "algorithm": "feddr", **options},
+            "server": {"protocol": "sync", "cohort": 4, "algorithm": "feddr", "feddr_diagnostics": True, **server},
             "run": {"steps": 9, "eval_every": 3}}
 
 
@@ -149,18 +145,16 @@ def test_the_residual_is_zero_for_exact_solves_and_falls_with_more_local_steps()
 
 
 @pytest.mark.parametrize("schedule,growth,want", [
-    ("constant", 0.0, [None] * 6),
+    ("fixed", 0.0, [None] * 6),
     ("linear", 1.5, [2, 3, 5, 6, 8, 9]),  # 2 + ⌊1.5(t−1)⌋
     ("geometric", 2.0, [2, 4, 8, 16, 20, 20]),  # ⌈2·2^(t−1)⌉ capped at 20
 ])
 def test_the_inexactness_schedule_sets_each_rounds_local_steps(schedule, growth, want):
-    cfg = FedDRDiagnosticsConfig(diagnostics=False, schedule=schedule, growth=growth, max_local_steps=20)
-    alg = FedDR.from_config(cfg)(4, 1.0, 1.0, base_local_steps=2)
-    assert [alg.local_steps(t) for t in range(1, 7)] == want
+    assert [Schedule(schedule, 2, growth, 20).local_steps(t) for t in range(1, 7)] == want
 
 
 def test_a_scheduled_run_dispatches_jobs_with_the_scheduled_steps():
-    raw = _feddr(options={"feddr": {"schedule": "linear", "growth": 1.0, "diagnostics": False}})
+    raw = _feddr(feddr_schedule="linear", feddr_growth=1.0, feddr_diagnostics=False)
     sim = Simulation(sc.validate(raw))
     seen = []
     original = sim.executor.submit
@@ -173,6 +167,36 @@ def test_a_scheduled_run_dispatches_jobs_with_the_scheduled_steps():
     asyncio.run(sim.run())
     assert seen and all(steps == 2 + (version - 1) for version, steps in seen)
     with pytest.raises(ScenarioError) as err:
-        bad = _feddr(options={"feddr": {"schedule": "geometric", "growth": 0.5}})
-        sc.validate(bad)
-    assert "server.options.feddr" in str(err.value) and "growth ≥ 1" in str(err.value)
+        sc.validate(_feddr(feddr_schedule="geometric", feddr_growth=0.5))
+    assert "feddr_growth = 0.5" in str(err.value) and "growth ≥ 1" in str(err.value)
+    exact = _feddr(feddr_schedule="linear", feddr_growth=1.0)
+    exact["client"] = {"solver": "exact", "mu": 1.0}
+    with pytest.raises(ScenarioError) as err:  # the schedule sets local steps: the exact solver takes none
+        sc.validate(exact)
+    assert "server.feddr_schedule = 'linear'" in str(err.value) and "client.local_steps" in str(err.value)
+
+
+def test_a_jobs_own_local_steps_replace_the_client_sections_in_every_sgd_path():
+    """A job with ``local_steps = 5`` trains exactly as the section with ``local_steps = 5`` would,
+    one by one and batched (the schedule's steps reach the solver, not only the job)."""
+    from asyncfl.compute.training import LocalJob, sgd_train, sgd_train_batched
+
+    scenario = sc.validate(_feddr())
+    task = run_blocking(scenario.replace(**{"run.steps": 1})).task
+    theta = task.initial_theta.detach().clone()
+    two, five = scenario.client, scenario.client.model_copy(update={"local_steps": 5})
+    jobs = [LocalJob(k, theta, theta, 1.0, 10 + k, local_steps=5) for k in range(3)]
+    want = [sgd_train(task, five, LocalJob(k, theta, theta, 1.0, 10 + k)) for k in range(3)]
+    assert not torch.equal(want[0], sgd_train(task, two, LocalJob(0, theta, theta, 1.0, 10)))
+    for got, w in zip([sgd_train(task, two, j) for j in jobs], want):
+        assert torch.equal(got, w)
+    for got, w in zip(sgd_train_batched(task, two, jobs), want):
+        torch.testing.assert_close(got, w, rtol=0, atol=1e-12)
+
+
+def test_feddr_diagnostics_are_off_by_default_and_then_cost_nothing():
+    raw = _feddr()
+    del raw["server"]["feddr_diagnostics"]
+    sim = run_blocking(sc.validate(raw))
+    assert sim.algorithm.diagnostics is None and sim.algo_state.diagnostics == ()
+    assert "diagnostics" not in sim.algorithm.summary(sim.algo_state)["baseline"]

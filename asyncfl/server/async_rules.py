@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from asyncfl.config.comparators import DelayScaleConfig, FADASConfig
+from asyncfl.config.server import DelayScaleConfig, FADASConfig
 from asyncfl.server.aggregation import Aggregate
 from asyncfl.server.rules import SGD, RuleOutput, ServerRule
 
@@ -38,7 +38,7 @@ def delay_scale(tau_max: int, threshold: int, kappa: float) -> float:
 
 class DelayScaled(ServerRule):
     """``m_t = s_t · m_t^inner`` with :func:`delay_scale` of the aggregate's ``τ_max``; the inner
-    rule's state is the state. With ``delay = None`` the inner rule is returned unchanged."""
+    rule's state is the state. With ``delay = None`` the inner rule's direction is unchanged."""
 
     def __init__(self, inner: ServerRule, delay: DelayScaleConfig | None) -> None:
         self.inner, self.delay = inner, delay
@@ -49,7 +49,7 @@ class DelayScaled(ServerRule):
     def scale(self, aggregate: Aggregate) -> float:
         if self.delay is None:
             return 1.0
-        return delay_scale(max_staleness(aggregate.weights), self.delay.threshold, self.delay.kappa)
+        return delay_scale(max_staleness(aggregate.weights), self.delay.delay_threshold, self.delay.delay_kappa)
 
     def direction(self, aggregate: Aggregate, state: Any) -> RuleOutput:
         out = self.inner.direction(aggregate, state)
@@ -88,7 +88,8 @@ class FADAS(DelayScaled):
     (docs/async-optimisers.md §3)."""
 
     def __init__(self, cfg: FADASConfig) -> None:
-        super().__init__(AMSGrad(cfg.beta1, cfg.beta2, cfg.eps), cfg.delay())
+        delay = DelayScaleConfig(delay_threshold=cfg.delay_threshold, delay_kappa=cfg.delay_kappa) if cfg.delay_adaptive else None
+        super().__init__(AMSGrad(cfg.beta, cfg.fadas_beta2, cfg.fadas_eps), delay)
         self.cfg = cfg
 
     @classmethod

@@ -17,19 +17,13 @@ kept with it, so a step costs ``O(C·d)`` besides the copy of the cache that kee
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
-from asyncfl.config.comparators import CA2FLConfig, options_of
 from asyncfl.server.aggregation import Aggregator, ClientUpdate
-from asyncfl.server.algorithms import PseudoGradient, ServerStreams, StepInfo
+from asyncfl.server.algorithms import AlgorithmContext, PseudoGradient, ServerStreams, StepInfo
 from asyncfl.server.rules import ServerRule, apply
-
-if TYPE_CHECKING:
-    from asyncfl.config.scenario import Scenario
-    from asyncfl.tasks.base import Task
 
 
 class CA2FLState(NamedTuple):
@@ -47,18 +41,12 @@ def calibrated_aggregate(cache: torch.Tensor, cache_sum: torch.Tensor, clients: 
 
 class CA2FL(PseudoGradient):
     """Clients as in FedBuff (``Δ_k = θ_s − θ_k^local``); the server calibrates with the cache
-    (module docstring). Private runs are refused by the scenario: the cache needs every upload."""
+    (module docstring). Private runs are refused by the scenario (``AlgorithmTraits.private``
+    is false): the cache needs every upload. The cache starts at 0 (the paper's choice)."""
 
-    def __init__(self, cfg: CA2FLConfig, num_clients: int, aggregator: Aggregator, rule: ServerRule,
-                 lr: float, mu: float = 0.0) -> None:
+    def __init__(self, num_clients: int, aggregator: Aggregator, rule: ServerRule, lr: float, mu: float = 0.0) -> None:
         super().__init__(aggregator, rule, lr, mu)
-        self.cfg, self.num_clients = cfg, num_clients
-
-    @classmethod
-    def from_config(cls, cfg: CA2FLConfig) -> Callable[..., "CA2FL"]:
-        """CA2FL with its section ``cfg``; the run supplies the population size, the aggregator,
-        the rule and the server learning rate (``CA2FL.from_config(cfg)(N, aggregator, rule, η)``)."""
-        return functools.partial(cls, cfg)
+        self.num_clients = num_clients
 
     def init(self, theta: torch.Tensor) -> CA2FLState:  # type: ignore[override]
         cache = theta.new_zeros((self.num_clients, *theta.shape))
@@ -78,8 +66,7 @@ class CA2FL(PseudoGradient):
         return apply(theta, out.direction, self.lr), CA2FLState(out.state, cache, cache_sum), info
 
 
-def build_ca2fl(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> CA2FL:
-    """CA2FL over the task's clients with ``[server.options.ca2fl]``, the scenario's rule and
-    ``server.lr`` (docs/async-optimisers.md §4)."""
-    make = CA2FL.from_config(options_of(scenario.server, "ca2fl"))
-    return make(task.num_clients, aggregator, rule, scenario.server.lr, scenario.client.mu)
+def build_ca2fl(cfg: None, ctx: AlgorithmContext) -> CA2FL:
+    """CA2FL over the context's clients with its rule and server learning rate
+    (docs/async-optimisers.md §4); it has no keys of its own."""
+    return CA2FL(ctx.num_clients, ctx.aggregator, ctx.rule, ctx.lr, ctx.mu)

@@ -14,8 +14,10 @@ kind            ``g(x)``                                    ``prox_{h·g}(v)``
 ``group-lasso`` ``w Σ_j ‖x_{G_j}‖₂``                        per group ``v_G · max(0, 1 − hw/‖v_G‖₂)``
 ==============  ==========================================  ===============================================
 
-(``κ = server.reg``; the others are the kind's ``[server.options.KIND]`` section,
-:mod:`asyncfl.config.comparators`.) The indicator functions are ``+∞`` outside their set;
+(``κ`` = ``server.reg``; ``l1``, ``l2`` of the elastic net = ``server.reg``, ``server.reg_l2``;
+``low``, ``high`` = ``server.box_low``, ``box_high``; ``R`` = ``server.ball_radius``; ``w`` =
+``server.reg`` over groups of ``server.group_size``: FedDR's keys,
+:class:`asyncfl.config.server.FedDRConfig`.) The indicator functions are ``+∞`` outside their set;
 :meth:`Regularizer.value` reports that as ``inf``.
 """
 
@@ -27,9 +29,7 @@ from typing import Any
 
 import torch
 
-from asyncfl.config.comparators import BallConfig, BoxConfig, ElasticNetConfig, GroupLassoConfig
-
-KINDS = ("none", "l1", "l2", "box", "ball", "elastic-net", "group-lasso")
+from asyncfl.config.server import REGULARIZERS as KINDS
 
 
 def soft_threshold(v: torch.Tensor, a: float) -> torch.Tensor:
@@ -46,44 +46,53 @@ def _groups(v: torch.Tensor, size: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Regularizer:
-    """``g`` of one kind with its parameters: ``reg`` (``κ`` of ``l1`` / ``l2``) or ``options``
-    (the kind's config section)."""
+    """``g`` of one kind with its parameters (module table): ``reg`` (``κ`` of ``l1``, ``l2``, the
+    weight ``w`` of ``group-lasso``, the ℓ₁ weight of ``elastic-net``), ``reg_l2`` (the elastic
+    net's ℓ₂ weight), ``low``/``high`` (``box``), ``radius`` (``ball``), ``group_size``."""
 
     kind: str
     reg: float = 0.0
-    options: Any = None
+    reg_l2: float = 0.0
+    low: float = -1.0
+    high: float = 1.0
+    radius: float = 1.0
+    group_size: int = 2
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown regulariser {self.kind!r}; known: {', '.join(KINDS)}")
-        wanted = {"box": BoxConfig, "ball": BallConfig, "elastic-net": ElasticNetConfig, "group-lasso": GroupLassoConfig}
-        if self.kind in wanted and not isinstance(self.options, wanted[self.kind]):
-            raise ValueError(f"regulariser {self.kind!r} needs a {wanted[self.kind].__name__}, got {self.options!r}")
+        if self.low > self.high or self.radius <= 0 or self.group_size < 1 or self.reg < 0 or self.reg_l2 < 0:
+            raise ValueError(f"regulariser {self} : need low ≤ high, radius > 0, group_size ≥ 1, reg, reg_l2 ≥ 0")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "Regularizer":
+        """FedDR's regulariser from its config (:class:`asyncfl.config.server.FedDRConfig`)."""
+        return cls(cfg.regularizer, cfg.reg, cfg.reg_l2, cfg.box_low, cfg.box_high, cfg.ball_radius, cfg.group_size)
 
     def prox(self, v: torch.Tensor, h: float) -> torch.Tensor:
         """``prox_{h·g}(v)`` (module table)."""
-        kind, o = self.kind, self.options
-        if kind == "none" or (kind in ("l1", "l2") and self.reg == 0.0):
+        kind = self.kind
+        if kind == "none" or (kind in ("l1", "l2", "group-lasso") and self.reg == 0.0):
             return v
         if kind == "l1":
             return soft_threshold(v, h * self.reg)
         if kind == "l2":
             return v / (1.0 + h * self.reg)
         if kind == "box":
-            return torch.clamp(v, min=o.low, max=o.high)
+            return torch.clamp(v, min=self.low, max=self.high)
         if kind == "ball":
             norm = float(torch.linalg.vector_norm(v))
-            return v if norm <= o.radius else v * (o.radius / norm)
+            return v if norm <= self.radius else v * (self.radius / norm)
         if kind == "elastic-net":
-            return soft_threshold(v, h * o.l1) / (1.0 + h * o.l2)
-        rows = _groups(v, o.group_size)
+            return soft_threshold(v, h * self.reg) / (1.0 + h * self.reg_l2)
+        rows = _groups(v, self.group_size)
         norms = torch.linalg.vector_norm(rows, dim=1, keepdim=True)
-        factor = torch.clamp(1.0 - h * o.weight / torch.clamp(norms, min=torch.finfo(v.dtype).tiny), min=0.0)
+        factor = torch.clamp(1.0 - h * self.reg / torch.clamp(norms, min=torch.finfo(v.dtype).tiny), min=0.0)
         return (rows * factor).reshape(-1)[: v.numel()].reshape(v.shape)
 
     def value(self, x: torch.Tensor, tol: float = 1e-12) -> float:
         """``g(x)`` (``inf`` outside an indicator's set, with ``tol`` of slack)."""
-        kind, o = self.kind, self.options
+        kind = self.kind
         if kind == "none":
             return 0.0
         if kind == "l1":
@@ -91,13 +100,13 @@ class Regularizer:
         if kind == "l2":
             return 0.5 * self.reg * float((x * x).sum())
         if kind == "box":
-            inside = bool(((x >= o.low - tol) & (x <= o.high + tol)).all())
+            inside = bool(((x >= self.low - tol) & (x <= self.high + tol)).all())
             return 0.0 if inside else math.inf
         if kind == "ball":
-            return 0.0 if float(torch.linalg.vector_norm(x)) <= o.radius + tol else math.inf
+            return 0.0 if float(torch.linalg.vector_norm(x)) <= self.radius + tol else math.inf
         if kind == "elastic-net":
-            return o.l1 * float(x.abs().sum()) + 0.5 * o.l2 * float((x * x).sum())
-        return o.weight * float(torch.linalg.vector_norm(_groups(x, o.group_size), dim=1).sum())
+            return self.reg * float(x.abs().sum()) + 0.5 * self.reg_l2 * float((x * x).sum())
+        return self.reg * float(torch.linalg.vector_norm(_groups(x, self.group_size), dim=1).sum())
 
 
 def gradient_mapping(theta: torch.Tensor, grad: torch.Tensor, g: Regularizer, beta: float) -> torch.Tensor:

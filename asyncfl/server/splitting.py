@@ -35,24 +35,22 @@ table is the cohort's uploads and each algorithm is exactly its seed pseudo-code
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from asyncfl.compute.training import LocalJob
-from asyncfl.config.comparators import OPTION_SECTIONS, FedDRDiagnosticsConfig, options_of
 from asyncfl.server.aggregation import Aggregator, ClientUpdate
-from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
+from asyncfl.server.algorithms import Algorithm, AlgorithmContext, ServerStreams, StepInfo
 from asyncfl.server.prox import Regularizer, gradient_mapping
 from asyncfl.server.rules import ServerRule
-from asyncfl.tasks.base import Task
 
 if TYPE_CHECKING:
     from asyncfl.config.scenario import Scenario
+    from asyncfl.tasks.base import Task
 
 Memory = dict[str, torch.Tensor]
 
@@ -240,6 +238,44 @@ def local_residual(task: Task, k: int, x: torch.Tensor, centre: torch.Tensor, mu
     return float(torch.linalg.vector_norm(grad + mu * (x - centre)))
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """FedDR's inexactness schedule (docs/baselines.md §4.2): the local steps of a job dispatched
+    in server step ``t``, from ``base`` = ``client.local_steps``: ``fixed`` — ``base``;
+    ``linear`` — ``base + ⌊growth·(t−1)⌋``; ``geometric`` — ``⌈base · growth^(t−1)⌉``; both at
+    least 1 and capped at ``max_steps``."""
+
+    kind: str
+    base: int
+    growth: float = 0.0
+    max_steps: int = 1000
+
+    def local_steps(self, t: int) -> int | None:
+        """The job's ``local_steps`` (None for ``fixed``: the ``[client]`` section decides)."""
+        if self.kind == "fixed":
+            return None
+        if self.kind == "linear":
+            n = self.base + math.floor(self.growth * (t - 1))
+        elif self.kind == "geometric":
+            n = math.ceil(self.base * self.growth ** min(t - 1, 10_000))
+        else:
+            raise ValueError(f"unknown schedule {self.kind!r}; known: fixed, linear, geometric")
+        return int(min(max(n, 1), self.max_steps))
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """What FedDR's diagnostics need (docs/baselines.md §4.1): the task (for ``∇f`` and ``∇f_k``)
+    and when to record (every ``eval_every`` steps and the last step ``steps``)."""
+
+    task: Task
+    eval_every: int
+    steps: int
+
+    def due(self, step: int) -> bool:
+        return step == self.steps or (self.eval_every > 0 and step % self.eval_every == 0)
+
+
 class FedDR(PersistentClients):
     """FedDR (Douglas–Rachford; docs/baselines.md §4), minimising
     ``F(θ) = (1/K) Σ_k f_k(θ) + g(θ)``. Client memory ``ω_k`` and ``x_k`` (= the seed's ``θ_k``,
@@ -262,57 +298,32 @@ class FedDR(PersistentClients):
     memory = ("omega", "x")
 
     def __init__(self, num_clients: int, mu: float, alpha: float, regularizer: str | Regularizer = "none",
-                 reg: float = 0.0, *, options: FedDRDiagnosticsConfig | None = None, task: Task | None = None,
-                 base_local_steps: int | None = None, eval_every: int = 0, steps: int = 0) -> None:
+                 reg: float = 0.0, *, schedule: Schedule | None = None, diagnostics: Diagnostics | None = None) -> None:
         super().__init__(num_clients, mu)
         if not 0.0 < alpha < 2.0:
             raise ValueError(f"FedDR needs α in (0, 2), got {alpha}")
         self.g = regularizer if isinstance(regularizer, Regularizer) else Regularizer(regularizer, float(reg))
         self.alpha, self.regularizer, self.reg = float(alpha), self.g.kind, self.g.reg
-        self.options = options if options is not None else FedDRDiagnosticsConfig(diagnostics=False)
-        if self.options.diagnostics and task is None:
-            raise ValueError("FedDR's diagnostics need the task (its gradients)")
-        if self.options.schedule != "constant" and base_local_steps is None:
-            raise ValueError(f"FedDR's {self.options.schedule} schedule needs client.local_steps")
-        self.task, self.base_local_steps = task, base_local_steps
-        self.eval_every, self.steps = eval_every, steps
-
-    @classmethod
-    def from_config(cls, cfg: FedDRDiagnosticsConfig) -> Callable[..., "FedDR"]:
-        """FedDR with its diagnostics and schedule section ``cfg``; the run supplies the rest
-        (``FedDR.from_config(cfg)(num_clients, mu, alpha, …)``)."""
-        return functools.partial(cls, options=cfg)
+        self.schedule, self.diagnostics = schedule, diagnostics
 
     @property
     def beta(self) -> float:
         """The server's prox step ``β = Ns/(N + 1)``, also the gradient mapping's (§4.1)."""
         return self.num_clients * self.s / (self.num_clients + 1)
 
-    def local_steps(self, t: int) -> int | None:
-        """Local steps of a job dispatched in server step ``t`` (docs/baselines.md §4.2)."""
-        o, base = self.options, self.base_local_steps
-        if o.schedule == "constant" or base is None:
-            return None
-        if o.schedule == "linear":
-            n = base + math.floor(o.growth * (t - 1))
-        else:
-            n = math.ceil(base * o.growth ** min(t - 1, 10_000))
-        return int(min(max(n, 1), o.max_local_steps))
-
     def make_job(self, client: int, theta: torch.Tensor, seed: int, state: BaselineState) -> ClientJob:
         job = super().make_job(client, theta, seed, state)
-        steps = self.local_steps(state.rounds + 1)
+        steps = None if self.schedule is None else self.schedule.local_steps(state.rounds + 1)
         return job if steps is None else dataclasses.replace(job, local_steps=steps)
 
     def diagnose(self, step: int, theta: torch.Tensor, updates: Sequence[ClientUpdate]) -> tuple:
         """At an evaluation step (``step`` a multiple of ``run.eval_every``, or the last):
         ``(step, ‖G_β(θ̄)‖, mean and max of the step's client prox residuals)``."""
-        if not self.options.diagnostics or self.task is None:
+        d = self.diagnostics
+        if d is None or not d.due(step):
             return ()
-        if not (step == self.steps or (self.eval_every and step % self.eval_every == 0)):
-            return ()
-        mapping = gradient_mapping(theta, full_gradient(self.task, theta), self.g, self.beta)
-        residuals = [local_residual(self.task, u.client, u.message[1], u.message[0], self.mu) for u in updates]
+        mapping = gradient_mapping(theta, full_gradient(d.task, theta), self.g, self.beta)
+        residuals = [local_residual(d.task, u.client, u.message[1], u.message[0], self.mu) for u in updates]
         return ((step, float(torch.linalg.vector_norm(mapping)), float(np.mean(residuals)), float(np.max(residuals))),)
 
     def summary(self, state: BaselineState) -> dict[str, Any]:
@@ -401,25 +412,29 @@ class FedPD(PersistentClients):
         return {**clients, "c": theta.expand_as(clients["c"]).clone()}
 
 
-def build_fedsplit(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedSplit:
+def build_fedsplit(cfg: None, ctx: AlgorithmContext) -> FedSplit:
     """FedSplit over the task's clients, ``μ = client.mu``. The splitting baselines take their
-    server step from their own math on the table of every client's latest upload: ``aggregator``
-    and ``rule`` are not used (the same holds for FedDR and FedPD)."""
-    return FedSplit(task.num_clients, scenario.client.mu)
+    server step from their own math on the table of every client's latest upload: the context's
+    aggregator and rule are not used (the same holds for FedDR and FedPD)."""
+    return FedSplit(ctx.num_clients, ctx.mu)
 
 
-def build_feddr(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedDR:
-    """FedDR with ``server.alpha``, the server regulariser ``server.regularizer`` (``reg``, or its
-    ``[server.options.KIND]`` section) and ``[server.options.feddr]`` (diagnostics, schedule). On
+def build_feddr(cfg: Any, ctx: AlgorithmContext) -> FedDR:
+    """FedDR from its own config (:class:`asyncfl.config.server.FedDRConfig`): ``alpha``, the
+    regulariser ``regularizer`` with its parameters, ``feddr_schedule`` (from the context's
+    ``local_steps``) and ``feddr_diagnostics`` (from the context's task and evaluation steps). On
     either protocol: on FedBuff it is asynchronous FedDR (docs/async-optimisers.md §5)."""
-    server = scenario.server
-    kind = server.regularizer
-    g = Regularizer(kind, server.reg, options_of(server, kind) if kind in OPTION_SECTIONS else None)
-    make = FedDR.from_config(options_of(server, "feddr"))
-    return make(task.num_clients, scenario.client.mu, server.alpha, g, task=task,
-                base_local_steps=scenario.client.local_steps, eval_every=scenario.run.eval_every, steps=scenario.run.steps)
+    schedule = (None if cfg.feddr_schedule == "fixed" or ctx.local_steps is None else
+                Schedule(cfg.feddr_schedule, ctx.local_steps, cfg.feddr_growth, cfg.feddr_max_local_steps))
+    diagnostics = None
+    if cfg.feddr_diagnostics:
+        if ctx.task is None:
+            raise ValueError("FedDR's diagnostics need the task (AlgorithmContext.task)")
+        diagnostics = Diagnostics(ctx.task, ctx.eval_every, ctx.steps)
+    return FedDR(ctx.num_clients, ctx.mu, cfg.alpha, Regularizer.from_config(cfg), schedule=schedule,
+                 diagnostics=diagnostics)
 
 
-def build_fedpd(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedPD:
-    """FedPD with skip probability ``server.skip_probability``."""
-    return FedPD(task.num_clients, scenario.client.mu, scenario.server.skip_probability)
+def build_fedpd(cfg: Any, ctx: AlgorithmContext) -> FedPD:
+    """FedPD with its ``skip_probability`` (:class:`asyncfl.config.server.FedPDConfig`)."""
+    return FedPD(ctx.num_clients, ctx.mu, cfg.skip_probability)
