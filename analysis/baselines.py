@@ -85,7 +85,7 @@ def problem_scenarios(name: str, clients: int, rounds: int, seed: int) -> dict[s
         "fedpd-skip": ({**local, "mu": mu}, {**sync, "algorithm": "fedpd", "skip_probability": SKIP}),
         # the inexactness schedule (docs/baselines.md §4.2): one more local step every 5 rounds
         "feddr-linear": ({**local, "mu": mu}, {**sync, "algorithm": "feddr", "alpha": 1.5,
-                                               "options": {"feddr": {"schedule": "linear", "growth": 0.2}}}),
+                                               "feddr_schedule": "linear", "feddr_growth": 0.2}),
     }
     buff = {"protocol": "fedbuff", "concurrency": clients, "buffer": max(1, clients // 2)}
     per_algorithm.update({
