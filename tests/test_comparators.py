@@ -16,7 +16,8 @@ import torch
 from asyncfl.cli.main import main
 from asyncfl.config import scenario as sc
 from asyncfl.config.server import DelayScaleConfig, FADASConfig
-from asyncfl.errors import ScenarioError
+from asyncfl.errors import RunInterrupted, ScenarioError
+from asyncfl.run.runner import resume_dir_blocking, run_to_dir_blocking
 from asyncfl.server.aggregation import Aggregate, ClientUpdate, ExactAggregator
 from asyncfl.server.algorithms import ServerStreams
 from asyncfl.server.async_rules import FADAS, DelayAdaptiveSGD, delay_scale, max_staleness
@@ -191,18 +192,11 @@ def test_feddr_on_fedbuff_with_exact_solves_reaches_the_pooled_least_squares_sol
 
 
 def test_ca2fl_on_fedbuff_is_refused_with_privacy_a_staleness_exponent_or_a_proximal_term():
-    for server, client, needle in [({"algorithm": "ca2fl", "staleness_exponent": 0.5}, {}, "server.staleness_exponent = 0.5"),
-                                   ({"algorithm": "ca2fl"}, {"mu": 0.1}, "client.mu = 0.1"),
-                                   ({"algorithm": "ca2fl", "max_staleness": 4}, {},
-                                    "privacy.enabled = true: server.algorithm = 'ca2fl'")]:
-        if "max_staleness" in server:
-            client = {}
-            server = {**server}
-            extra = {"privacy.enabled": True, "privacy.noise_multiplier": 1.0, "privacy.gamma": 1.0}
-        else:
-            extra = {}
-        raw = make_raw(**{f"server.{k}": v for k, v in server.items()}, **{f"client.{k}": v for k, v in client.items()},
-                       **extra)
+    private = {"privacy.enabled": True, "privacy.noise_multiplier": 1.0, "privacy.gamma": 1.0, "server.max_staleness": 4}
+    for changes, needle in [({"server.staleness_exponent": 0.5}, "server.staleness_exponent = 0.5"),
+                            ({"client.mu": 0.1}, "client.mu = 0.1"),
+                            (private, "privacy.enabled = true: server.algorithm = 'ca2fl'")]:
+        raw = make_raw(**{"server.algorithm": "ca2fl", **changes})
         with pytest.raises(ScenarioError) as err:
             sc.validate(raw)
         assert needle in str(err.value)
@@ -229,3 +223,27 @@ def test_the_comparators_appear_in_an_asyncfl_sweep_grid(tmp_path):
         assert (written.rule, written.algorithm) == (r["server.rule"], r["server.algorithm"])
         bias = json.loads((out / r["run_dir"] / "bias.json").read_text())
         assert bias["participation"]["total"] == 6 * written.buffer
+
+
+# ----------------------------------------------------------------------------------------------
+# their state in a checkpoint
+@pytest.mark.parametrize("server,client", [
+    ({"algorithm": "ca2fl", "rule": "fadas", "lr": 0.05}, {}),  # AMSGradState inside CA2FLState
+    ({"algorithm": "feddr", "feddr_schedule": "linear", "feddr_growth": 1.0, "feddr_diagnostics": True,
+      "regularizer": "ball", "ball_radius": 2.0}, {"mu": 1.0}),  # the ledger, scheduled jobs, diagnostics
+], ids=["ca2fl-fadas", "feddr-fedbuff"])
+def test_a_run_cut_at_a_checkpoint_resumes_to_the_same_files(server, client, tmp_path):
+    raw = _quadratic(**server)
+    raw["client"] = {"local_steps": 3, "lr": 0.01, **client}
+    raw["run"] = {"steps": 12, "eval_every": 4, "checkpoint_every": 5}
+    scenario = sc.validate(raw)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run_to_dir_blocking(scenario, whole)
+    with pytest.raises(RunInterrupted):  # stopped at the first event after the step-5 checkpoint
+        run_to_dir_blocking(scenario, cut, should_stop=lambda: (cut / "checkpoint.pt").exists())
+    resume_dir_blocking(cut)
+    assert (cut / "updates.csv").read_bytes() == (whole / "updates.csv").read_bytes()
+    a, b = torch.load(whole / "model.pt", weights_only=True), torch.load(cut / "model.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((cut / "summary.json").read_text()).get("baseline") == json.loads(
+        (whole / "summary.json").read_text()).get("baseline")
