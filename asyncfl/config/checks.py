@@ -55,6 +55,25 @@ def check_sync(sc: Scenario) -> list[str]:
     return errors
 
 
+# -- algorithms -----------------------------------------------------------------------------------
+def check_ca2fl(sc: Scenario) -> list[str]:
+    """CA2FL calibrates the unweighted uploads (docs/async-optimisers.md §4)."""
+    if sc.server.staleness_exponent > 0:
+        return [f"server.staleness_exponent = {sc.server.staleness_exponent}: CA2FL calibrates unweighted updates "
+                "(docs/async-optimisers.md §4); use 0"]
+    return []
+
+
+def check_feddr(sc: Scenario) -> list[str]:
+    """FedDR's schedule sets each job's local steps: the solver's work must be ``client.local_steps``."""
+    schedule = sc.server.feddr_schedule
+    if schedule != "fixed" and (not sc.component("solver").traits.local_work or sc.client.local_steps is None):
+        return [f"server.feddr_schedule = {schedule!r}: sets the local steps of each round, so it needs "
+                f"client.local_steps and a solver whose work is local steps (client.solver = {sc.client.solver!r}"
+                f"{'' if sc.component('solver').traits.local_work else ' solves exactly'})"]
+    return []
+
+
 # -- tasks ----------------------------------------------------------------------------------------
 def check_quadratic(sc: Scenario) -> list[str]:
     if sc.task.problem == "seed-1d" and sc.population.clients != 2:
