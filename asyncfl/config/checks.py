@@ -102,7 +102,7 @@ def _input_file(key: str, text: str, ok: Any, what: str) -> list[str]:
 def check_trace_latency(sc: Scenario) -> list[str]:
     errors = _input_file("latency.file", sc.latency.file, lambda p: p.is_file() or (p / "updates.csv").is_file(),
                          "an updates.csv or a run directory holding one")
-    always = sc.population.model_fields["availability"].default  # every client online: nothing to replay over
+    always = type(sc.population).model_fields["availability"].default  # every client online: nothing to replay over
     if sc.population.availability != always:
         errors.append(f"population.availability = {sc.population.availability!r}: must be {always!r} with latency.dist = "
                       f"{sc.latency.dist!r} (the recording already holds its availability: waits and offline drops are replayed)")
