@@ -129,7 +129,7 @@ def test_a_restored_simulation_reports_the_state_it_was_given():
 def test_the_initial_state_is_the_state_before_any_event():
     sim = Simulation(make_scenario())
     state = sim.state()
-    assert (state.version, state.clients, state.in_flight, state.buffer, state.next_seq) == (1, (), (), (), 0)
+    assert (state.version, state.clients, state.in_flight, state.protocol.buffer, state.next_seq) == (1, (), (), (), 0)
     assert state.counters.rows == 0 and not state.fleet.busy.any()
 
 

@@ -325,15 +325,12 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
     seqs = {c.seq for c in s.clients}
     check(len(seqs) == len(s.clients), "state.clients: a dispatch number appears twice")
     check(set(s.in_flight) <= seqs, "state.in_flight: names clients the checkpoint does not hold")
-    check({seq for seq, _ in s.buffer} <= seqs, "state.buffer: names clients the checkpoint does not hold")
-    protocol = scenario.component("protocol").traits
-    referred = set(getattr(s.protocol, "round", ())) | set(getattr(s.protocol, "arrived", ()))  # an open round
-    check(referred <= seqs, "state.protocol: the round names clients the checkpoint does not hold")
-    key = protocol.in_flight_key
+    protocol = scenario.component("protocol")
+    check(protocol.builder().referred_seqs(s.protocol) <= seqs, "state.protocol: names clients the checkpoint does not hold")
+    problems.extend(protocol.builder().state_problems(s.protocol, server))
+    key = protocol.traits.in_flight_key
     limit = getattr(server, key)
     check(len(s.in_flight) <= limit, f"state.in_flight: {len(s.in_flight)} clients, more than server.{key} = {limit}")
-    if protocol.stale:
-        check(len(s.buffer) < server.buffer, f"state.buffer: {len(s.buffer)} uploads, but a step takes server.buffer = {server.buffer}")
     shape, dtype = tuple(fresh.theta.shape), fresh.theta.dtype
     for c in s.clients:
         where = f"state.clients[seq {c.seq}]"
@@ -390,8 +387,7 @@ def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list
     if first.shape != (most,) or not ordered:
         problems.append(f"state.participation.first_step: {_describe(first)}, expected {most} non-decreasing steps in 1..{steps}")
     by_seq = {c.seq: c.client for c in s.clients}
-    undecided = set(s.in_flight) | {seq for seq, _ in s.buffer}
-    undecided |= set(getattr(s.protocol, "arrived", ()))  # a protocol's open round (sync's arrivals)
+    undecided = set(s.in_flight) | scenario.component("protocol").builder().undecided_seqs(s.protocol)
     want = sorted({by_seq[seq] for seq in undecided if seq in by_seq})
     if len(want) != len(undecided) or np.flatnonzero(pending).tolist() != want:
         problems.append(f"state.participation.pending: clients {np.flatnonzero(pending).tolist()[:10]}, but the undecided "

@@ -60,14 +60,15 @@ from asyncfl.records import MemorySink, Sink, StepEvent, UpdateRow
 from asyncfl.server.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
 from asyncfl.server.compose import build_algorithm
-from asyncfl.sim.clock import Arrival
-from asyncfl.sim.protocols import FedBuffProtocol, SyncProtocol
+from asyncfl.sim.clock import Arrival, timeout_at
 from asyncfl.sim.state import ClientState, Counters, Records, SimState
 from asyncfl.tasks import build_task
 from asyncfl.tasks.base import Task
 from asyncfl.tensor_checks import all_finite, finite_rows
 
 MAX_REJECTED_PER_STEP = 1000  # uploads rejected in a row (no step between) before the run stops
+#: the counter of each reason a protocol may drop an arrived upload for (Simulation.drop)
+DROP_COUNTERS = {"stale": "dropped_stale"}
 
 
 @dataclass(slots=True)
@@ -169,14 +170,13 @@ class Simulation:
         self.fleet.participation = self.participation
         self._hook = scenario.component("hook").builder()(scenario.config_of("hook"))  # what clients do to uploads
         self.env = simpy.Environment()
-        self.protocol: FedBuffProtocol | SyncProtocol = scenario.component("protocol").builder()(self)
+        self.protocol = scenario.component("protocol").builder()(self)  # drives this engine through Host
 
         # --- state: what Simulation.state() declares (SimState) --------------------------------
         self.theta = self.task.initial_theta.detach().clone()
         self.version = 1  # θ_t held by the server; the step in progress is t
         self.algo_state = self.algorithm.init(self.theta)
         self.in_flight: dict[int, InFlight] = {}
-        self.buffer: list[tuple[InFlight, int]] = []  # (arrival, staleness)
         self.counters = Counters()
         self.records = Records()
         self._seq = 0
@@ -253,10 +253,47 @@ class Simulation:
         else:
             self.protocol.on_arrival(rec)
 
-    def request_flush(self, entries: list[tuple[InFlight, int]], then: Callable[[], None]) -> None:
-        """Ask the driver to aggregate ``entries`` before the next event; ``then`` runs right
-        after, at the same virtual time (e.g. the replacement dispatch sees the new model)."""
+    # -- what a protocol may ask (asyncfl.sim.protocols.Host; docs/protocol.md §8) ---------------
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    def in_flight_count(self) -> int:
+        return len(self.in_flight)
+
+    def is_in_flight(self, rec: InFlight) -> bool:
+        return rec.seq in self.in_flight
+
+    def pick(self) -> int | None:
+        return self.fleet.choose(self.env.now, self.streams["selection"])
+
+    def pick_many(self, n: int) -> np.ndarray:
+        return self.fleet.choose_many(n, self.env.now, self.streams["selection"])
+
+    def drop(self, rec: InFlight, staleness: int, reason: str) -> None:
+        """An arrived upload the protocol does not use: counted under ``reason`` and recorded."""
+        setattr(self.counters, DROP_COUNTERS[reason], getattr(self.counters, DROP_COUNTERS[reason]) + 1)
+        self.record(rec, self.version, staleness, False, reason)
+
+    def cancel(self, rec: InFlight) -> None:
+        """A straggler: off the clock, its job cancelled, counted and recorded as ``late``."""
+        self.in_flight.pop(rec.seq)
+        self.fleet.busy[rec.client] = False
+        rec.arrival.interrupt()
+        rec.future.cancel()
+        self.counters.cancelled_late += 1
+        self.record(rec, self.version, 0, False, "late", arrival_time=self.env.now)
+
+    def flush(self, entries: list[tuple[InFlight, int]], then: Callable[[], None]) -> None:
+        """Aggregate ``entries`` before the next event; ``then`` runs right after, at the same
+        virtual time (e.g. the replacement dispatch sees the new model)."""
         self._pending_flush = (entries, then)
+
+    def next_online(self) -> float:
+        return self.fleet.next_online(self.env.now)
+
+    def at(self, when: float, callback: Callable[[], None]) -> None:
+        timeout_at(self.env, when).callbacks.append(lambda _event: callback())
 
     def record(self, rec: InFlight, step: int, staleness: int, accepted: bool, reason: str = "", arrival_time: float | None = None) -> None:
         """The fate of a dispatch (one ``updates.csv`` row); in a private run it also settles the
@@ -274,13 +311,11 @@ class Simulation:
             raise CheckpointError("a checkpoint can only be taken between events (a buffer flush is in progress)")
         stored = self._restored or {}  # a restored simulation that has not started yet
         referred: dict[int, InFlight] = dict(self.in_flight)
-        referred.update((rec.seq, rec) for rec, _ in self.buffer)
         referred.update((rec.seq, rec) for rec in self.protocol.referred())
         return SimState(
             now=float(self.env.now), version=self.version, theta=self.theta, algorithm=self.algo_state,
             clients=tuple(referred[seq].state(stored.get(seq)) for seq in sorted(referred)),
-            in_flight=tuple(self.in_flight), buffer=tuple((rec.seq, tau) for rec, tau in self.buffer),
-            protocol=self.protocol.state(), fleet=self.fleet.state(),
+            in_flight=tuple(self.in_flight), protocol=self.protocol.state(), fleet=self.fleet.state(),
             counters=dataclasses.replace(self.counters), records=self.records.snapshot(), next_seq=self._seq,
             eval_staleness=tuple(self._eval_staleness), last_metrics=dict(self.last_metrics),
             rejected_since_step=self._rejected_since_step, streams=rngmod.streams_state(self.streams),
@@ -299,7 +334,6 @@ class Simulation:
         self.env = simpy.Environment(initial_time=state.now)
         self.version, self.theta, self.algo_state = state.version, state.theta, state.algorithm
         self.in_flight = {seq: records[seq] for seq in state.in_flight}
-        self.buffer = [(records[seq], tau) for seq, tau in state.buffer]
         self.protocol.restore(state.protocol, records)
         self.fleet.restore(state.fleet)
         if self.participation is not None and state.participation is not None:

@@ -1,11 +1,23 @@
-"""Server protocols on the simpy clock (docs/protocol.md): who is dispatched when, what an arrival
-does, and when the buffer is flushed. The simulation (a :class:`Host`) owns the shared state;
-a protocol decides with it and keeps only its own (round, pending wake-up) as declared data.
+"""Server protocols on the simpy clock (docs/protocol.md §8): who is dispatched when, what an
+arrival does, and when the server steps.
+
+A protocol drives the simulation only through :class:`Host`, a narrow interface the engine
+implements (``asyncfl.sim.engine.Simulation``): read the clock and the model version, pick
+idle clients, dispatch one, drop or cancel an upload, ask for a server step, wait until someone
+comes online. It never touches the engine's fields, the fleet or the counters. What a protocol
+holds — FedBuff's buffer, sync's open round, a pending wake-up — is its own declared state
+(:mod:`asyncfl.sim.state`), which a checkpoint stores and :meth:`restore` puts back; the
+protocol also says which dispatched clients it still refers to (:meth:`referred`, and the class
+methods :meth:`referred_seqs` / :meth:`undecided_seqs` on its state, which checkpoint
+validation uses).
 
 * :class:`FedBuffProtocol` — ``K`` in flight, buffer ``C``, staleness drops, a replacement on
   every arrival (FedAsync is ``C = 1``);
 * :class:`SyncProtocol` — a cohort per round, the first ``C`` arrivals, stragglers cancelled;
 * :class:`Waiter` — waits on the clock until a client comes online (availability).
+
+Both are components (:mod:`asyncfl.components.builtin`): a protocol class is built as
+``Protocol(host)`` and reads its own keys from ``host.scenario.server``.
 """
 
 from __future__ import annotations
@@ -13,16 +25,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-from asyncfl.sim.clock import timeout_at
 from asyncfl.sim.state import FedBuffState, SyncState, WaiterState
 
 if TYPE_CHECKING:
     import numpy as np
-    import simpy
 
-    from asyncfl.clients.fleet import Fleet
     from asyncfl.config.scenario import Scenario
-    from asyncfl.sim.state import Counters
 
 
 class Record(Protocol):
@@ -31,38 +39,66 @@ class Record(Protocol):
     seq: int
     client: int
     version: int
-    arrival: Any
-    future: Any
 
 
 class Host(Protocol):
-    """What a protocol needs from the simulation that runs it."""
+    """What a protocol may ask of the simulation that runs it (docs/protocol.md §8)."""
 
     scenario: Scenario
-    env: simpy.Environment
-    fleet: Fleet
-    streams: dict[str, np.random.Generator]
-    in_flight: dict[int, Any]
-    buffer: list[tuple[Any, int]]
-    counters: Counters
-    version: int
-    finished: bool
 
-    def dispatch(self, client: int) -> Any: ...
+    @property
+    def now(self) -> float:
+        """The virtual time."""
 
-    def record(self, rec: Any, step: int, staleness: int, accepted: bool, reason: str = "", arrival_time: float | None = None) -> None: ...
+    @property
+    def version(self) -> int:
+        """The server's model version ``t`` (the step in progress)."""
 
-    def request_flush(self, entries: list[tuple[Any, int]], then: Callable[[], None]) -> None: ...
+    @property
+    def finished(self) -> bool:
+        """The run has taken its last step: nothing more is dispatched."""
+
+    def in_flight_count(self) -> int:
+        """How many dispatched clients have not uploaded yet."""
+
+    def is_in_flight(self, rec: Record) -> bool: ...
+
+    def pick(self) -> int | None:
+        """An idle, online, eligible client, uniformly (the ``selection`` stream), or None."""
+
+    def pick_many(self, n: int) -> np.ndarray:
+        """Up to ``n`` distinct idle, online, eligible clients (the ``selection`` stream)."""
+
+    def dispatch(self, client: int) -> Any:
+        """Send the current model to ``client``; its upload (or going offline) comes back to
+        :meth:`on_arrival` (:meth:`on_offline`)."""
+
+    def drop(self, rec: Any, staleness: int, reason: str) -> None:
+        """An arrived upload the protocol does not use (``"stale"``): recorded and counted."""
+
+    def cancel(self, rec: Any) -> None:
+        """A client still in flight whose upload is no longer wanted (a straggler, ``"late"``):
+        taken off the clock, its job cancelled, recorded and counted."""
+
+    def flush(self, entries: list[tuple[Any, int]], then: Callable[[], None]) -> None:
+        """Ask for a server step on ``entries`` (upload, staleness) before the next event;
+        ``then`` runs right after it, at the same virtual time."""
+
+    def next_online(self) -> float:
+        """When some client that is offline now comes online (inf: never)."""
+
+    def at(self, when: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` at virtual time ``when``."""
 
 
 class Waiter:
-    """Waits on the virtual clock until a client comes online (``Fleet.next_online``), then
+    """Waits on the virtual clock until a client comes online (``Host.next_online``), then
     calls ``retry``. At most one wait is pending; none when nothing will ever come online (the
     run then stalls and the fleet explains why). Its state (``pending``, ``when``) is data, and a
     checkpoint restores the pending wake-up."""
 
-    def __init__(self, sim: Host, retry: Callable[[], None]) -> None:
-        self.sim = sim
+    def __init__(self, host: Host, retry: Callable[[], None]) -> None:
+        self.host = host
         self.retry = retry
         self.pending = False
         self.when = math.inf
@@ -70,18 +106,15 @@ class Waiter:
     def wait(self) -> None:
         if self.pending:
             return
-        when = self.sim.fleet.next_online(self.sim.env.now)
+        when = self.host.next_online()
         if math.isinf(when):
             return
         self.pending, self.when = True, when
-        self._schedule()
+        self.host.at(when, self._wake)
 
-    def _schedule(self) -> None:
-        timeout_at(self.sim.env, self.when).callbacks.append(self._wake)
-
-    def _wake(self, _event: Any) -> None:
+    def _wake(self) -> None:
         self.pending = False
-        if not self.sim.finished:
+        if not self.host.finished:
             self.retry()
 
     def state(self) -> WaiterState:
@@ -91,65 +124,83 @@ class Waiter:
         """Reschedules a pending wake-up on the (new) clock."""
         self.pending, self.when = state.pending, state.when
         if self.pending:
-            self._schedule()
+            self.host.at(self.when, self._wake)
 
 
 class FedBuffProtocol:
-    """Concurrency ``K``, buffer ``C``, staleness drops, replacement on every arrival."""
+    """Concurrency ``K``, buffer ``C``, staleness drops, replacement on every arrival. The
+    buffer of accepted-so-far uploads is the protocol's own (``FedBuffState.buffer``)."""
 
-    def __init__(self, sim: Host) -> None:
-        self.sim = sim
-        self.max_staleness = sim.scenario.server.max_staleness
-        self.waiter = Waiter(sim, self.dispatch_one)
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        server = host.scenario.server
+        self.concurrency, self.size, self.max_staleness = server.concurrency, server.buffer, server.max_staleness
+        self.buffer: list[tuple[Any, int]] = []  # (upload, staleness) waiting for the next step
+        self.waiter = Waiter(host, self.dispatch_one)
 
     def start(self) -> None:
         self.dispatch_one()
 
     def state(self) -> FedBuffState:
-        return FedBuffState(self.waiter.state())
+        return FedBuffState(self.waiter.state(), tuple((rec.seq, tau) for rec, tau in self.buffer))
 
     def restore(self, state: FedBuffState, records: Mapping[int, Any]) -> None:
+        self.buffer = [(records[seq], tau) for seq, tau in state.buffer]
         self.waiter.restore(state.waiter)
 
     def referred(self) -> Sequence[Any]:
-        """Clients this protocol refers to beyond the in-flight and buffered ones: none."""
-        return ()
+        """The buffered uploads (no longer in flight, not yet used by a step)."""
+        return [rec for rec, _ in self.buffer]
+
+    @staticmethod
+    def referred_seqs(state: FedBuffState) -> set[int]:
+        return {seq for seq, _ in state.buffer}
+
+    @staticmethod
+    def undecided_seqs(state: FedBuffState) -> set[int]:
+        """Arrived uploads whose fate a step has not decided yet: the buffered ones."""
+        return {seq for seq, _ in state.buffer}
+
+    @staticmethod
+    def state_problems(state: FedBuffState, server: Any) -> list[str]:
+        """What a checkpointed state must satisfy: a step takes the buffer as soon as it holds C."""
+        if len(state.buffer) >= server.buffer:
+            return [f"state.protocol.buffer: {len(state.buffer)} uploads, but a step takes server.buffer = {server.buffer}"]
+        return []
 
     def dispatch_one(self) -> None:
         """Dispatch until ``K`` clients are in flight (one, after an arrival); when no client
         is idle and online, wait until one comes online."""
-        sim = self.sim
-        while len(sim.in_flight) < sim.scenario.server.concurrency:
-            client = sim.fleet.choose(sim.env.now, sim.streams["selection"])
+        host = self.host
+        while host.in_flight_count() < self.concurrency:
+            client = host.pick()
             if client is None:
                 self.waiter.wait()
                 return
-            sim.dispatch(client)
+            host.dispatch(client)
 
     def on_offline(self, rec: Record) -> None:
         self.dispatch_one()
 
     def on_arrival(self, rec: Record) -> None:
-        sim = self.sim
-        tau = sim.version - rec.version
+        tau = self.host.version - rec.version
         if self.max_staleness is not None and tau > self.max_staleness:
-            sim.counters.dropped_stale += 1
-            sim.record(rec, sim.version, tau, False, "stale")
+            self.host.drop(rec, tau, "stale")
         else:
-            sim.buffer.append((rec, tau))
-            if len(sim.buffer) >= sim.scenario.server.buffer:
-                sim.request_flush(list(sim.buffer), then=self.dispatch_one)
+            self.buffer.append((rec, tau))
+            if len(self.buffer) >= self.size:
+                self.host.flush(list(self.buffer), then=self.dispatch_one)
                 return
         self.dispatch_one()
 
     def consumed(self, entries: list, accepted: list) -> None:
         """Rejected uploads leave the buffer; accepted ones stay until a step uses them."""
         keep = {rec.seq for rec, _, _ in accepted}
-        self.sim.buffer = [(rec, tau) for rec, tau in self.sim.buffer if rec.seq in keep]
+        self.buffer = [(rec, tau) for rec, tau in self.buffer if rec.seq in keep]
 
     def ready(self, accepted: list) -> bool:
-        if len(accepted) >= self.sim.scenario.server.buffer:
-            self.sim.buffer = []
+        if len(accepted) >= self.size:
+            self.buffer = []
             return True
         return False
 
@@ -157,12 +208,14 @@ class FedBuffProtocol:
 class SyncProtocol:
     """Rounds: sample a cohort, wait for its first ``C`` arrivals, step, repeat."""
 
-    def __init__(self, sim: Host) -> None:
-        self.sim = sim
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        server = host.scenario.server
+        self.cohort, self.size = server.cohort, server.buffer
         self.round: list[Any] = []  # dispatched this round
         self.arrived: list[Any] = []
         self.need = 0
-        self.waiter = Waiter(sim, self.start_round)
+        self.waiter = Waiter(host, self.start_round)
 
     def start(self) -> None:
         self.start_round()
@@ -180,13 +233,25 @@ class SyncProtocol:
         """The open round's cohort (arrived members are no longer in flight)."""
         return self.round
 
+    @staticmethod
+    def referred_seqs(state: SyncState) -> set[int]:
+        return set(state.round) | set(state.arrived)
+
+    @staticmethod
+    def undecided_seqs(state: SyncState) -> set[int]:
+        """Arrived uploads of the open round, not yet used by a step."""
+        return set(state.arrived)
+
+    @staticmethod
+    def state_problems(state: SyncState, server: Any) -> list[str]:
+        return []
+
     def start_round(self) -> None:
-        sim = self.sim
-        server = sim.scenario.server
-        cohort = sim.fleet.choose_many(server.cohort, sim.env.now, sim.streams["selection"])
+        host = self.host
+        cohort = host.pick_many(self.cohort)
         self.arrived = []
-        self.need = min(server.buffer, int(cohort.size))
-        self.round = [sim.dispatch(int(k)) for k in cohort]
+        self.need = min(self.size, int(cohort.size))
+        self.round = [host.dispatch(int(k)) for k in cohort]
         if not self.round:  # nobody online: the round starts when someone comes online
             self.waiter.wait()
 
@@ -197,8 +262,7 @@ class SyncProtocol:
     def on_offline(self, rec: Record) -> None:
         """A cohort member went offline: the round needs at most the arrivals still possible;
         when the whole cohort is gone, a new round starts."""
-        sim = self.sim
-        still = sum(r.seq in sim.in_flight for r in self.round)
+        still = sum(self.host.is_in_flight(r) for r in self.round)
         self.need = min(self.need, len(self.arrived) + still)
         if self.need == 0:
             self.start_round()
@@ -206,21 +270,16 @@ class SyncProtocol:
             self._maybe_close()
 
     def _maybe_close(self) -> None:
-        sim = self.sim
         if len(self.arrived) < self.need:
             return
         for straggler in self.round:  # the round is closed: stragglers are cancelled
-            if straggler.seq in sim.in_flight:
-                sim.in_flight.pop(straggler.seq)
-                sim.fleet.busy[straggler.client] = False
-                straggler.arrival.interrupt()
-                straggler.future.cancel()
-                sim.counters.cancelled_late += 1
-                sim.record(straggler, sim.version, 0, False, "late", arrival_time=sim.env.now)
-        sim.request_flush([(r, 0) for r in self.arrived], then=self.start_round)
+            if self.host.is_in_flight(straggler):
+                self.host.cancel(straggler)
+        self.host.flush([(r, 0) for r in self.arrived], then=self.start_round)
 
     def consumed(self, entries: list, accepted: list) -> None:
         pass
 
     def ready(self, accepted: list) -> bool:
         return len(accepted) > 0
+

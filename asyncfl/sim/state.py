@@ -90,7 +90,10 @@ class WaiterState(NamedTuple):
 
 
 class FedBuffState(NamedTuple):
+    """A pending wake-up and the buffer: ``(seq, staleness)`` of the uploads waiting for the next step."""
+
     waiter: WaiterState = WaiterState()
+    buffer: tuple[tuple[int, int], ...] = ()
 
 
 class SyncState(NamedTuple):
@@ -111,8 +114,7 @@ class SimState(NamedTuple):
     algorithm: Any  # the algorithm's state (PseudoGradientState, BaselineState, …)
     clients: tuple[ClientState, ...]  # every dispatched client still referred to, by seq
     in_flight: tuple[int, ...]  # seqs of the clients whose upload has not arrived
-    buffer: tuple[tuple[int, int], ...]  # (seq, staleness) waiting for the next FedBuff step
-    protocol: FedBuffState | SyncState
+    protocol: Any  # the protocol's own state (FedBuffState: its buffer; SyncState: the open round)
     fleet: FleetState | ReplayState
     counters: Counters
     records: Records
