@@ -31,6 +31,7 @@ TARGET = re.compile(r"^(asyncfl(?:\.\w+)+):[\w.]+$")
 LAYERS: list[set[str]] = [
     {"errors", "registry", "rng", "records", "tensor_checks", "__init__"},
     {"config"},
+    {"datasets"},
     {"tasks", "compute"},
     {"server", "clients", "privacy"},
     {"sim"},

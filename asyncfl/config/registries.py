@@ -35,6 +35,7 @@ What each registry holds (scenario key → what a target is):
 
 from __future__ import annotations
 
+from asyncfl.config import datasets as ds
 from asyncfl.config import latency as lat
 from asyncfl.config import tasks as tk
 from asyncfl.registry import Registry
@@ -83,6 +84,19 @@ TASKS: Registry = Registry("task", "task.name", {
     "digits": ("asyncfl.tasks.digits:build_digits", "scikit-learn 8×8 digits, Dirichlet non-IID", tk.DigitsTask),
     "gaussian-mlp": ("asyncfl.tasks.gaussian_mlp:build_gaussian_mlp", "Gaussian inputs, one-hidden-layer MLP", tk.GaussianMLPTask),
     "mnist1d": ("asyncfl.tasks.mnist1d:build_mnist1d", "the canonical MNIST-1D (mnist1d package), Dirichlet non-IID", tk.MNIST1DTask),
+    # read from the user's disk (asyncfl.datasets; docs/tasks.md §13–17) and the offline FEMNIST twin (§18)
+    "femnist": ("asyncfl.tasks.leaf:build_femnist", "LEAF FEMNIST from task.path, one client per writer", ds.FEMNISTTask),
+    "shakespeare": ("asyncfl.tasks.leaf:build_shakespeare", "LEAF Shakespeare from task.path, one client per speaker",
+                    ds.ShakespeareTask),
+    "cifar10": ("asyncfl.tasks.cifar:build_cifar10", "CIFAR-10 python pickles from task.path, Dirichlet or shards",
+                ds.CIFAR10Task),
+    "cifar100": ("asyncfl.tasks.cifar:build_cifar100", "CIFAR-100 python pickles from task.path, Dirichlet or shards",
+                 ds.CIFAR100Task),
+    "mnist": ("asyncfl.tasks.mnist:build_mnist", "MNIST / EMNIST IDX files from task.path, Dirichlet or shards", ds.MNISTTask),
+    "tff-emnist": ("asyncfl.tasks.tff_emnist:build_tff_emnist", "TensorFlow Federated's EMNIST HDF5 from task.path "
+                   "(h5py), one client per writer", ds.TFFEMNISTTask),
+    "femnist-twin": ("asyncfl.tasks.femnist_twin:build_femnist_twin", "synthetic FEMNIST-shaped writers, generated offline",
+                     ds.FEMNISTTwinTask),
 })
 
 # -- executors (docs/architecture.md): where local training runs --------------------------------

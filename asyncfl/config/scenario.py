@@ -599,7 +599,7 @@ def absolute_file(text: str, base: Path | None = None) -> str:
     return os.path.normpath(path if path.is_absolute() else (base or Path.cwd()).absolute() / path)
 
 
-FILE_KEYS = (("latency", "file"), ("population", "availability_file"))
+FILE_KEYS = (("latency", "file"), ("population", "availability_file"), ("task", "path"))
 
 
 def _anchor_paths(raw: dict[str, Any], base: Path) -> None:
