@@ -30,7 +30,7 @@ from asyncfl.datasets.users import UserSelection, user_key
 from asyncfl.errors import ScenarioError
 from asyncfl.tasks import build_task
 from asyncfl.tasks.femnist_twin import class_frequencies, twin_writers, writer_counts
-from asyncfl.tasks.models import CharLSTM, LSTMLayer, cifar_cnn, leaf_cnn
+from asyncfl.tasks.models import CharLSTM, cifar_cnn, leaf_cnn
 from fixtures.make_dataset_fixtures import idx_bytes, write_all, write_femnist
 
 try:
@@ -251,16 +251,24 @@ def test_split_statistics_by_hand():
 
 
 # -- models ----------------------------------------------------------------------------------
-def test_the_written_out_lstm_equals_torchs():
+def test_the_char_lstm_computes_the_lstm_equations():
     torch.manual_seed(0)
-    ours, ref = LSTMLayer(8, 16), torch.nn.LSTM(8, 16, batch_first=True)
-    with torch.no_grad():
-        ref.weight_ih_l0.copy_(ours.ih.weight)
-        ref.bias_ih_l0.copy_(ours.ih.bias)
-        ref.weight_hh_l0.copy_(ours.hh.weight)
-        ref.bias_hh_l0.zero_()
-    x = torch.randn(3, 11, 8)
-    torch.testing.assert_close(ours(x), ref(x)[0], rtol=1e-5, atol=1e-6)
+    model = CharLSTM(vocab=80, embed=8, hidden=16, layers=2)
+    x = torch.randint(0, 80, (3, 11), dtype=torch.uint8)
+    p = dict(model.named_parameters())
+    h_in = p["embedding.weight"][x.long()]  # (3, 11, 8)
+    for layer in range(2):  # c_t = σ(f) c_{t−1} + σ(i) tanh(g), h_t = σ(o) tanh(c_t), gates i, f, g, o
+        W, U = p[f"lstm.weight_ih_l{layer}"], p[f"lstm.weight_hh_l{layer}"]
+        b = p[f"lstm.bias_ih_l{layer}"] + p[f"lstm.bias_hh_l{layer}"]
+        h, c, outs = torch.zeros(3, 16), torch.zeros(3, 16), []
+        for t in range(11):
+            i, f, g, o = (h_in[:, t] @ W.T + h @ U.T + b).split(16, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outs.append(h)
+        h_in = torch.stack(outs, dim=1)
+    by_hand = h_in[:, -1] @ p["out.weight"].T + p["out.bias"]
+    torch.testing.assert_close(model(x), by_hand, rtol=1e-5, atol=1e-6)
 
 
 def test_the_models_have_the_papers_sizes():
@@ -268,24 +276,36 @@ def test_the_models_have_the_papers_sizes():
     # LEAF CNN: 5·5·32+32, 5·5·32·64+64, 3136·2048+2048, 2048·62+62
     assert count(leaf_cnn(62)) == 832 + 51_264 + 6_424_576 + 127_038 == ds.leaf_cnn_params(62)
     assert count(cifar_cnn(10)) == 896 + 18_496 + 36_928 + 65_600 + 650 == ds.cifar_cnn_params(10)
-    lstm = 640 + (8 * 1024 + 256 * 1024 + 1024) + (2 * 256 * 1024 + 1024) + (256 * 80 + 80)
+    lstm = 640 + (8 * 1024 + 256 * 1024 + 2 * 1024) + (2 * 256 * 1024 + 2 * 1024) + (256 * 80 + 80)
     assert count(CharLSTM()) == lstm == ds.char_lstm_params(80, 8, 256, 2)
     assert CharLSTM()(torch.zeros(4, 80, dtype=torch.uint8)).shape == (4, 80)
 
 
-@pytest.mark.parametrize("name", ["femnist", "shakespeare", "cifar10"])
-def test_every_model_trains_through_the_batched_path_as_per_client(name, data):
-    cfg = {"femnist": ds.FEMNISTTask(path=str(data["femnist"])),
-           "shakespeare": ds.ShakespeareTask(path=str(data["shakespeare"]), hidden=8),
-           "cifar10": ds.CIFAR10Task(path=str(data["cifar10"]))}[name]
-    task = build_task(cfg, 2, seed=0)
+def _jobs_agree(task, forced: bool | None = None) -> None:
+    if forced is not None:
+        task.batched_training = forced
     client = ClientConfig(lr=0.1, local_steps=2, batch_size=3)
     start = task.initial_theta
-    jobs = [LocalJob(k, start, start, 0.0, seed=10 + k) for k in range(2)]
-    batched = train_batched(task, client, jobs)
-    for job, theta in zip(jobs, batched):
+    jobs = [LocalJob(k, start, start, 0.0, seed=10 + k) for k in range(task.num_clients)]
+    for job, theta in zip(jobs, train_batched(task, client, jobs)):
         torch.testing.assert_close(theta, local_train(task, client, job), rtol=1e-4, atol=1e-5)
         assert not torch.equal(theta, start)
+
+
+@pytest.mark.parametrize("name", ["femnist", "cifar10"])
+def test_the_cnns_train_through_vmap_as_per_client_when_asked(name, data):
+    cfg = {"femnist": ds.FEMNISTTask(path=str(data["femnist"])), "cifar10": ds.CIFAR10Task(path=str(data["cifar10"]))}[name]
+    task = build_task(cfg, 2, seed=0)
+    assert task.batched_training is False  # slower through vmap on CPU (asyncfl/tasks/models.py): the loop by default
+    _jobs_agree(task, forced=True)
+
+
+def test_only_the_mlps_are_batched_and_the_others_train_job_by_job(data):
+    assert build_task(ds.FEMNISTTask(path=str(data["femnist"]), model="mlp", hidden=8), 2, seed=0).batched_training
+    assert build_task(ds.MNISTTask(path=str(data["mnist"]), hidden=8), 2, seed=0).batched_training
+    shakespeare = build_task(ds.ShakespeareTask(path=str(data["shakespeare"]), hidden=8), 2, seed=0)
+    assert shakespeare.batched_training is False  # torch's LSTM has no vmap batching rule
+    _jobs_agree(shakespeare)
 
 
 # -- the sizes known before building -----------------------------------------------------------------

@@ -111,8 +111,9 @@ def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[t
     as :func:`local_train`); batches of unequal size (different ``n_k``, the last batch of an
     epoch, full batches) are padded with a real sample and masked out of the mean. The result
     equals per-client training to float round-off (the masked mean sums in another order).
+    A task with ``batched_training = False`` is trained job by job (docs/tasks.md §9).
     """
-    if cfg.solver == "exact" or not jobs:
+    if cfg.solver == "exact" or not jobs or not task.batched_training:
         return [local_train(task, cfg, job) for job in jobs]
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):

@@ -60,8 +60,8 @@ def cifar_cnn_params(classes: int) -> int:
 
 
 def char_lstm_params(vocab: int, embed: int, hidden: int, layers: int) -> int:
-    """Embedding, ``layers`` LSTM layers (``W_ih``, ``W_hh`` and one bias of ``4·hidden`` each), output."""
-    lstm = sum(4 * hidden * ((embed if i == 0 else hidden) + hidden + 1) for i in range(layers))
+    """Embedding, ``layers`` LSTM layers (``W_ih``, ``W_hh`` and torch's two biases of ``4·hidden``), output."""
+    lstm = sum(4 * hidden * ((embed if i == 0 else hidden) + hidden + 2) for i in range(layers))
     return vocab * embed + lstm + hidden * vocab + vocab
 
 

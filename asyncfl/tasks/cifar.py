@@ -40,7 +40,7 @@ def _build(cfg: CIFAR10Task, num_clients: int, seed: int, train_files: list[str]
     x, xt = standardise(x_raw, x_raw), standardise(xt_raw, x_raw)
     parts = split_indices(cfg, y, num_clients, rng)
     return classification_task(cfg.name, [(x[p], y[p]) for p in parts], (xt, yt), lambda: cifar_cnn(classes),
-                               torch_seed, classes)
+                               torch_seed, classes, batched=False)
 
 
 def build_cifar10(cfg: CIFAR10Task, num_clients: int, seed: int) -> Task:

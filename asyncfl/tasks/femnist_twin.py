@@ -129,4 +129,4 @@ def build_femnist_twin(cfg: FEMNISTTwinTask, num_clients: int, seed: int) -> Tas
     side = IMAGE_SIDE
     return classification_task("femnist-twin", clients, test,
                                lambda: image_model(cfg.model, side * side, FEMNIST_CLASSES, cfg.hidden, side),
-                               torch_seed, FEMNIST_CLASSES)
+                               torch_seed, FEMNIST_CLASSES, batched=cfg.model == "mlp")

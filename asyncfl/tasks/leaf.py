@@ -27,7 +27,7 @@ def build_femnist(cfg: FEMNISTTask, num_clients: int, seed: int) -> Task:
     side = IMAGE_SIDE
     return classification_task("femnist", [xy for _, xy in clients], test,
                                lambda: image_model(cfg.model, side * side, FEMNIST_CLASSES, cfg.hidden, side),
-                               torch_seed, FEMNIST_CLASSES)
+                               torch_seed, FEMNIST_CLASSES, batched=cfg.model == "mlp")
 
 
 def build_shakespeare(cfg: ShakespeareTask, num_clients: int, seed: int) -> Task:
@@ -37,4 +37,5 @@ def build_shakespeare(cfg: ShakespeareTask, num_clients: int, seed: int) -> Task
     clients, test = read_leaf(Path(cfg.path).expanduser(), shakespeare_arrays, num_clients, seed, cfg.min_samples)
     vocab = len(LEAF_CHARACTERS)
     return classification_task("shakespeare", [xy for _, xy in clients], test,
-                               lambda: CharLSTM(vocab, cfg.embed, cfg.hidden, cfg.layers), torch_seed, vocab)
+                               lambda: CharLSTM(vocab, cfg.embed, cfg.hidden, cfg.layers), torch_seed, vocab,
+                               batched=False)

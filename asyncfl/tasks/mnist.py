@@ -39,7 +39,8 @@ def build_mnist(cfg: MNISTTask, num_clients: int, seed: int) -> Task:
     parts = split_indices(cfg, y, num_clients, rng)
     side = IMAGE_SIDE
     return classification_task("mnist", [(x[p], y[p]) for p in parts], (xt, yt),
-                               lambda: image_model(cfg.model, side * side, classes, cfg.hidden, side), torch_seed, classes)
+                               lambda: image_model(cfg.model, side * side, classes, cfg.hidden, side), torch_seed, classes,
+                               batched=cfg.model == "mlp")
 
 
 def raise_mismatch(root: Path, files: dict[str, str], key: str, images: int, labels: int) -> None:

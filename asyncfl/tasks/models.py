@@ -1,6 +1,5 @@
 """The models of the data sets read from disk (docs/tasks.md §13–18). Every model keeps leading
-axes (works on one sample, a batch, or a batch of batches) and is built only from layers that
-``torch.func.vmap`` can batch, so every task trains through the batched path (docs/tasks.md §9).
+axes (works on one sample or a batch).
 
 * :func:`leaf_cnn` — the CNN of LEAF's FEMNIST baseline (Caldas et al., 2018): on a 28×28 grey
   image, ``Conv2d(1, 32, 5, padding 2) − ReLU − MaxPool(2) − Conv2d(32, 64, 5, padding 2) − ReLU
@@ -10,14 +9,18 @@ axes (works on one sample, a batch, or a batch of batches) and is built only fro
   Linear(4·4·64, 64) − ReLU − Linear(64, classes)`` on 3×32×32 inputs (no padding).
 * :class:`CharLSTM` — the character LSTM of LEAF's Shakespeare baseline: ``Embedding(80, 8)``, two
   LSTM layers of 256 units, ``Linear(256, 80)`` on the last step's output (the next character).
-  torch's fused ``nn.LSTM`` has no batching rule (``vmap`` fails on ``aten::lstm``), so the layer
-  is written out (:class:`LSTMLayer`) with torch's gate order and equations, one bias per gate
-  (LEAF's TensorFlow cell has one); ``tests/test_datasets.py`` checks it against ``nn.LSTM``.
+
+Batched training (docs/tasks.md §9): ``vmap`` runs the two CNNs, but slower than one client at a
+time on CPU (stacked weights are copied and transposed at every step: LEAF's CNN 0.27×, the CIFAR
+CNN 0.73× the per-client loop's speed, measured on 8 clients × 5 steps of batch 20), and torch's
+fused LSTM has no batching rule at all (``vmap`` fails on ``aten::lstm``; an LSTM written out in
+``vmap``-able operations trained at 0.31× the loop's speed, and its loop 3.7× slower than torch's
+fused kernel). So the tasks built on these models declare ``Task.batched_training = False`` and
+``train_batched`` trains their jobs one by one; only the MLPs (``mlp``, the fused path, 2.0× the
+loop) are batched.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
@@ -52,48 +55,17 @@ def image_model(kind: str, pixels: int, classes: int, hidden: int, side: int = 2
     return leaf_cnn(classes, side) if kind == "cnn" else mlp([pixels, hidden, hidden, classes])
 
 
-class LSTMLayer(nn.Module):
-    """One LSTM layer over the second-to-last axis of ``x`` (``(…, T, inputs)``), state from zero::
-
-        (i, f, g, o) = split₄(W_ih x_t + b + W_hh h_{t−1})
-        c_t = σ(f) ⊙ c_{t−1} + σ(i) ⊙ tanh(g),   h_t = σ(o) ⊙ tanh(c_t)
-
-    Returns every ``h_t`` (``(…, T, hidden)``). Parameters start ``U(−1/√hidden, 1/√hidden)`` as
-    torch's ``nn.LSTM``."""
-
-    def __init__(self, inputs: int, hidden: int) -> None:
-        super().__init__()
-        self.hidden = hidden
-        self.ih = nn.Linear(inputs, 4 * hidden)
-        self.hh = nn.Linear(hidden, 4 * hidden, bias=False)
-        bound = 1.0 / math.sqrt(hidden)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.ih(x)  # every step's input projection at once
-        h = pre.new_zeros(*pre.shape[:-2], self.hidden)
-        c = h
-        out = []
-        for t in range(pre.shape[-2]):
-            i, f, g, o = (pre[..., t, :] + self.hh(h)).chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            out.append(h)
-        return torch.stack(out, dim=-2)
-
-
 class CharLSTM(nn.Module):
-    """LEAF's Shakespeare model (module doc): character codes ``(…, T)`` → logits of the next one."""
+    """LEAF's Shakespeare model (module doc): character codes ``(…, T)`` → logits of the next one.
+    torch's ``nn.LSTM`` (gates ``i, f, g, o``; ``c_t = σ(f) ⊙ c_{t−1} + σ(i) ⊙ tanh(g)``,
+    ``h_t = σ(o) ⊙ tanh(c_t)``, state from zero; two bias vectors per layer, which sum to LEAF's one)."""
 
     def __init__(self, vocab: int = 80, embed: int = 8, hidden: int = 256, layers: int = 2) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab, embed)
-        self.layers = nn.ModuleList([LSTMLayer(embed if i == 0 else hidden, hidden) for i in range(layers)])
+        self.lstm = nn.LSTM(embed, hidden, layers, batch_first=True)
         self.out = nn.Linear(hidden, vocab)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.embedding(x.long())
-        for layer in self.layers:
-            h = layer(h)
-        return self.out(h[..., -1, :])
+        h, _ = self.lstm(self.embedding(x.long()))
+        return self.out(h[:, -1, :])

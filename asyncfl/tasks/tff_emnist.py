@@ -51,4 +51,5 @@ def build_tff_emnist(cfg: TFFEMNISTTask, num_clients: int, seed: int) -> Task:
     test = (np.concatenate([x for x, _ in tests]), np.concatenate([y for _, y in tests]))
     side = IMAGE_SIDE
     return classification_task("tff-emnist", clients, test,
-                               lambda: image_model(cfg.model, side * side, classes, cfg.hidden, side), torch_seed, classes)
+                               lambda: image_model(cfg.model, side * side, classes, cfg.hidden, side), torch_seed, classes,
+                               batched=cfg.model == "mlp")

@@ -1,0 +1,238 @@
+"""The FEMNIST-shaped CNN workload (issue 24's targets): client updates per second.
+
+Workload: the FEMNIST twin (``femnist-twin``: 28×28, 62 classes, FEMNIST's per-writer counts,
+docs/tasks.md §18) with LEAF's CNN (6.6 M parameters), a cohort of ``--cohort`` (50) writers,
+local SGD (lr 0.05) with batches of 20 for one epoch, every client starting from the same model;
+torch threads 1 everywhere.
+
+1. **One thread each.** One cohort's local training, timed three ways on the same data, model
+   and hyper-parameters, each once per round, in turn (the median over ``--rounds`` is printed):
+   asyncfl's batched path (``train_batched``: ``vmap`` over each group of clients that take the
+   same number of steps), asyncfl's per-client loop (``local_train``, what a group of one takes),
+   and pfl-research's FedAvg (``pfl``: ``SimulatedBackend`` + ``FederatedAveraging``, one central
+   iteration per cohort; its steady time per iteration is counted from the end of its first
+   iteration, so its set-up is left out). pfl conflicts with asyncfl's pins (it needs
+   ``dp-accounting < 0.6``), so it can run from another environment: ``--pfl-python PATH`` runs
+   this module's ``--pfl-worker`` there (that environment needs torch, pfl, pydantic and asyncfl
+   installed with ``--no-deps``). Then where the batched path's time goes (torch's profiler:
+   the operators with the most CPU time) and how the cohort splits into groups.
+2. **Two worker processes against inline** (``--parallel``): the FedBuff run of
+   ``benchmarks/parallel.py`` on this workload (``--clients`` writers, K = ``--concurrency``,
+   C = ``--buffer``, ``run.batched``), steady updates per second on ``processes`` (2 workers) and
+   ``inline``, next to the bounds that benchmark computes from inline's own profile (Amdahl's,
+   the critical path's, and that with the measured costs of going remote).
+
+    python -m benchmarks.femnist_throughput [--rounds 3] [--cohort 50] [--pfl-python /path/to/python]
+    python -m benchmarks.femnist_throughput --parallel --steps 4 [--clients 100 --concurrency 20 --buffer 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import torch
+
+from asyncfl.config.datasets import FEMNISTTwinTask
+from asyncfl.tasks.base import Task
+from asyncfl.tasks.femnist_twin import build_femnist_twin
+
+LR, BATCH, EPOCHS, SEED = 0.05, 20, 1, 0
+
+
+def cohort_task(cohort: int) -> Task:
+    """The twin with exactly ``cohort`` writers, all of them clients (LEAF's CNN)."""
+    return build_femnist_twin(FEMNISTTwinTask(users=cohort), cohort, SEED)
+
+
+def client_config():
+    from asyncfl.config.scenario import ClientConfig  # the pfl worker's environment needs only the task
+
+    return ClientConfig(lr=LR, batch_size=BATCH, epochs=EPOCHS)
+
+
+def _jobs(task: Task):
+    from asyncfl.compute.training import LocalJob
+
+    theta = task.initial_theta
+    return [LocalJob(k, theta, theta, 0.0, seed=1000 + k) for k in range(task.num_clients)]
+
+
+def time_batched(task: Task) -> float:
+    from asyncfl.compute.training import train_batched
+
+    start = time.perf_counter()
+    train_batched(task, client_config(), _jobs(task))
+    return time.perf_counter() - start
+
+
+def time_loop(task: Task) -> float:
+    from asyncfl.compute.training import local_train
+
+    cfg, start = client_config(), time.perf_counter()
+    for job in _jobs(task):
+        local_train(task, cfg, job)
+    return time.perf_counter() - start
+
+
+def groups(task: Task) -> Counter:
+    """How many clients take each number of local steps (a group trains together)."""
+    from asyncfl.compute.training import local_steps_count
+
+    cfg = client_config()
+    return Counter(local_steps_count(len(c), cfg) for c in task.clients)
+
+
+def profile_batched(task: Task, top: int = 6) -> list[tuple[str, float]]:
+    """``(operator, share of CPU time)`` of the batched call's most expensive operators."""
+    from asyncfl.compute.training import train_batched
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        train_batched(task, client_config(), _jobs(task))
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    ranked = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
+    return [(e.key, e.self_cpu_time_total / total) for e in ranked]
+
+
+def time_pfl(cohort: int, iterations: int = 3) -> tuple[float, float] | None:
+    """``(total, steady)`` seconds per cohort of pfl's FedAvg on the same twin and model, or None
+    when pfl is not installed here."""
+    try:
+        from pfl.aggregate.simulate import SimulatedBackend
+        from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
+        from pfl.callback.base import TrainingProcessCallback
+        from pfl.data.dataset import Dataset
+        from pfl.data.federated_dataset import FederatedDataset
+        from pfl.data.sampling import get_user_sampler
+        from pfl.hyperparam import NNEvalHyperParams, NNTrainHyperParams
+        from pfl.metrics import Metrics, Weighted
+        from pfl.model.pytorch import PyTorchModel
+    except ImportError:
+        return None
+    task = cohort_task(cohort)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = task.model  # the same architecture and initial weights
+
+        def forward(self, x):
+            return self.net(x)
+
+        def loss(self, x, y, eval=False):
+            self.eval() if eval else self.train()
+            return torch.nn.functional.cross_entropy(self(x), y)
+
+        @torch.no_grad()
+        def metrics(self, x, y, eval=False):
+            return {"loss": Weighted(torch.nn.functional.cross_entropy(self(x), y, reduction="sum").item(), len(x))}
+
+    net = Net()
+    data = [(c.x, c.y) for c in task.clients]
+    dataset = FederatedDataset(lambda uid: Dataset(raw_data=list(data[uid]), user_id=uid),
+                               get_user_sampler("minimize_reuse", list(range(cohort))))
+    backend = SimulatedBackend(training_data=dataset, val_data=None, postprocessors=[])
+    model = PyTorchModel(net, local_optimizer_create=torch.optim.SGD, central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0))
+    params = NNAlgorithmParams(central_num_iterations=iterations, evaluation_frequency=10**9, train_cohort_size=cohort,
+                               val_cohort_size=0)
+    train = NNTrainHyperParams(local_learning_rate=LR, local_num_epochs=EPOCHS, local_batch_size=BATCH)
+    marks: list[float] = []
+
+    class Clock(TrainingProcessCallback):
+        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
+            marks.append(time.perf_counter())
+            return False, Metrics()
+
+    loop = asyncio.new_event_loop()  # pfl drives its loop with asyncio.get_event_loop()
+    asyncio.set_event_loop(loop)
+    start = time.perf_counter()
+    FederatedAveraging().run(algorithm_params=params, backend=backend, model=model, model_train_params=train,
+                             model_eval_params=NNEvalHyperParams(local_batch_size=None), callbacks=[Clock()],
+                             send_metrics_to_platform=False)
+    end = time.perf_counter()
+    asyncio.set_event_loop(None)
+    loop.close()
+    return (end - start) / iterations, (end - marks[0]) / max(iterations - 1, 1)
+
+
+def pfl_elsewhere(python: str, cohort: int) -> tuple[float, float] | None:
+    """:func:`time_pfl` run by ``python`` (an environment with pfl installed)."""
+    out = subprocess.run([python, "-m", "benchmarks.femnist_throughput", "--pfl-worker", "--cohort", str(cohort)],
+                         capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return None if result is None else tuple(result)
+
+
+def parallel(args: argparse.Namespace) -> None:
+    from benchmarks.parallel import bounds, group_cost, run_profile
+
+    overrides = {"population.clients": args.clients, "task": {"name": "femnist-twin", "users": args.clients},
+                 "server.concurrency": args.concurrency, "server.buffer": args.buffer,
+                 "client.lr": LR, "client.batch_size": BATCH}
+    rates: dict[str, list[float]] = {"inline": [], "processes": []}
+    profiles = {}
+    for r in range(args.rounds):
+        for kind in rates:
+            profiles[kind] = run_profile(kind, args.steps, overrides)
+            rates[kind].append(profiles[kind].rate)
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} upd/s" for k, v in rates.items()), flush=True)
+    fixed, per_job = group_cost(overrides, repeats=2)
+    b = bounds(profiles["inline"], profiles["processes"], fixed)
+    ratio = statistics.median(p / i for p, i in zip(rates["processes"], rates["inline"]))
+    print(f"2. FedBuff on the twin ({args.clients} writers, K = {args.concurrency}, C = {args.buffer}, {args.steps} steps): "
+          f"processes (2 workers) ÷ inline = {ratio:.2f}")
+    print(f"   bounds from inline's profile: Amdahl {b.amdahl:.2f}, critical path {b.critical:.2f}, with the remote "
+          f"costs {b.with_overhead:.2f}; inline µs per update {b.total:.0f} (training {b.train:.0f}, parent {b.parent:.0f}); "
+          f"a group's fixed cost {fixed * 1e3:.1f} ms, {per_job * 1e3:.1f} ms per job")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cohort", type=int, default=50)
+    parser.add_argument("--pfl-python", default=None, help="a python with pfl installed (default: this one)")
+    parser.add_argument("--pfl-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--parallel", action="store_true", help="part 2 only")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--buffer", type=int, default=10)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.pfl_worker:
+        print(json.dumps(time_pfl(args.cohort)))
+        return
+    if args.parallel:
+        parallel(args)
+        return
+    task = cohort_task(args.cohort)
+    sizes = [len(c) for c in task.clients]
+    print(f"twin cohort: {args.cohort} writers, {sum(sizes)} training samples ({min(sizes)}–{max(sizes)} each), "
+          f"d = {task.dim}; batch {BATCH}, {EPOCHS} epoch; groups by step count: "
+          f"{len(groups(task))} ({dict(sorted(groups(task).items()))})", flush=True)
+    times: dict[str, list[float]] = {"batched": [], "loop": [], "pfl": []}
+    for r in range(args.rounds):
+        times["batched"].append(time_batched(task))
+        times["loop"].append(time_loop(task))
+        pfl = pfl_elsewhere(args.pfl_python, args.cohort) if args.pfl_python else time_pfl(args.cohort)
+        if pfl is not None:
+            times["pfl"].append(pfl[1])
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v), flush=True)
+    print(f"1. one cohort of {args.cohort}, one thread each: client updates/s (median of {args.rounds} rounds)")
+    rate = {k: args.cohort / statistics.median(v) for k, v in times.items() if v}
+    for k, v in rate.items():
+        print(f"   {k:8} {v:7.2f} updates/s" + (f"   ÷ pfl {v / rate['pfl']:.2f}" if "pfl" in rate else ""))
+    if "pfl" not in rate:
+        print("   pfl: not installed here (give --pfl-python)")
+    print("   where the batched path's CPU time goes: " + ", ".join(f"{k} {s:.0%}" for k, s in profile_batched(task)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
