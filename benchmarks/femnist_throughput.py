@@ -7,9 +7,9 @@ torch threads 1 everywhere.
 
 1. **One thread each.** One cohort's local training, timed three ways on the same data, model
    and hyper-parameters, each once per round, in turn (the median over ``--rounds`` is printed):
-   asyncfl's batched path (``train_batched``: ``vmap`` over each group of clients that take the
-   same number of steps), asyncfl's per-client loop (``local_train``, what a group of one takes),
-   and pfl-research's FedAvg (``pfl``: ``SimulatedBackend`` + ``FederatedAveraging``, one central
+   asyncfl's ``train_batched`` as the task declares it (``asyncfl``: LEAF's CNN trains job by job,
+   docs/tasks.md §19), the same forced through ``vmap`` over each group of clients that take the
+   same number of steps (``vmap``), and pfl-research's FedAvg (``pfl``: ``SimulatedBackend`` + ``FederatedAveraging``, one central
    iteration per cohort; its steady time per iteration is counted from the end of its first
    iteration, so its set-up is left out). pfl conflicts with asyncfl's pins (it needs
    ``dp-accounting < 0.6``), so it can run from another environment: ``--pfl-python PATH`` runs
@@ -64,21 +64,19 @@ def _jobs(task: Task):
     return [LocalJob(k, theta, theta, 0.0, seed=1000 + k) for k in range(task.num_clients)]
 
 
-def time_batched(task: Task) -> float:
+def time_batched(task: Task, vmap: bool | None = None) -> float:
+    """Seconds of one ``train_batched`` call on the cohort: as the task declares
+    (``Task.batched_training``: one by one for LEAF's CNN), or forced through ``vmap``."""
     from asyncfl.compute.training import train_batched
 
-    start = time.perf_counter()
-    train_batched(task, client_config(), _jobs(task))
-    return time.perf_counter() - start
-
-
-def time_loop(task: Task) -> float:
-    from asyncfl.compute.training import local_train
-
-    cfg, start = client_config(), time.perf_counter()
-    for job in _jobs(task):
-        local_train(task, cfg, job)
-    return time.perf_counter() - start
+    declared = task.batched_training
+    task.batched_training = declared if vmap is None else vmap
+    try:
+        start = time.perf_counter()
+        train_batched(task, client_config(), _jobs(task))
+        return time.perf_counter() - start
+    finally:
+        task.batched_training = declared
 
 
 def groups(task: Task) -> Counter:
@@ -94,7 +92,7 @@ def profile_batched(task: Task, top: int = 6) -> list[tuple[str, float]]:
     from asyncfl.compute.training import train_batched
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        train_batched(task, client_config(), _jobs(task))
+        train_batched(task, client_config(), _jobs(task))  # as the task declares
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events)
     ranked = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
@@ -200,6 +198,7 @@ def main() -> None:
     parser.add_argument("--pfl-python", default=None, help="a python with pfl installed (default: this one)")
     parser.add_argument("--pfl-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--parallel", action="store_true", help="part 2 only")
+    parser.add_argument("--no-vmap", action="store_true", help="skip the forced vmap measurement")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=20)
@@ -217,10 +216,11 @@ def main() -> None:
     print(f"twin cohort: {args.cohort} writers, {sum(sizes)} training samples ({min(sizes)}–{max(sizes)} each), "
           f"d = {task.dim}; batch {BATCH}, {EPOCHS} epoch; groups by step count: "
           f"{len(groups(task))} ({dict(sorted(groups(task).items()))})", flush=True)
-    times: dict[str, list[float]] = {"batched": [], "loop": [], "pfl": []}
+    times: dict[str, list[float]] = {"asyncfl": [], "vmap": [], "pfl": []}
     for r in range(args.rounds):
-        times["batched"].append(time_batched(task))
-        times["loop"].append(time_loop(task))
+        times["asyncfl"].append(time_batched(task))
+        if not args.no_vmap:
+            times["vmap"].append(time_batched(task, vmap=True))
         pfl = pfl_elsewhere(args.pfl_python, args.cohort) if args.pfl_python else time_pfl(args.cohort)
         if pfl is not None:
             times["pfl"].append(pfl[1])
@@ -231,7 +231,7 @@ def main() -> None:
         print(f"   {k:8} {v:7.2f} updates/s" + (f"   ÷ pfl {v / rate['pfl']:.2f}" if "pfl" in rate else ""))
     if "pfl" not in rate:
         print("   pfl: not installed here (give --pfl-python)")
-    print("   where the batched path's CPU time goes: " + ", ".join(f"{k} {s:.0%}" for k, s in profile_batched(task)))
+    print("   where asyncfl's CPU time goes: " + ", ".join(f"{k} {s:.0%}" for k, s in profile_batched(task)))
 
 
 if __name__ == "__main__":
