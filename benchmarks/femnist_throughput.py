@@ -29,7 +29,6 @@ torch threads 1 everywhere.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import subprocess
@@ -42,6 +41,7 @@ import torch
 from asyncfl.config.datasets import FEMNISTTwinTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.femnist_twin import build_femnist_twin
+from benchmarks.pfl_fedavg import run_fedavg
 
 LR, BATCH, EPOCHS, SEED = 0.05, 20, 1, 0
 
@@ -100,64 +100,14 @@ def profile_batched(task: Task, top: int = 6) -> list[tuple[str, float]]:
 
 
 def time_pfl(cohort: int, iterations: int = 3) -> tuple[float, float] | None:
-    """``(total, steady)`` seconds per cohort of pfl's FedAvg on the same twin and model, or None
-    when pfl is not installed here."""
-    try:
-        from pfl.aggregate.simulate import SimulatedBackend
-        from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
-        from pfl.callback.base import TrainingProcessCallback
-        from pfl.data.dataset import Dataset
-        from pfl.data.federated_dataset import FederatedDataset
-        from pfl.data.sampling import get_user_sampler
-        from pfl.hyperparam import NNEvalHyperParams, NNTrainHyperParams
-        from pfl.metrics import Metrics, Weighted
-        from pfl.model.pytorch import PyTorchModel
-    except ImportError:
-        return None
+    """``(total, steady)`` seconds per cohort of pfl's FedAvg on the same twin, model and initial
+    weights (every user in every cohort), or None when pfl is not installed here."""
     task = cohort_task(cohort)
-
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = task.model  # the same architecture and initial weights
-
-        def forward(self, x):
-            return self.net(x)
-
-        def loss(self, x, y, eval=False):
-            self.eval() if eval else self.train()
-            return torch.nn.functional.cross_entropy(self(x), y)
-
-        @torch.no_grad()
-        def metrics(self, x, y, eval=False):
-            return {"loss": Weighted(torch.nn.functional.cross_entropy(self(x), y, reduction="sum").item(), len(x))}
-
-    net = Net()
-    data = [(c.x, c.y) for c in task.clients]
-    dataset = FederatedDataset(lambda uid: Dataset(raw_data=list(data[uid]), user_id=uid),
-                               get_user_sampler("minimize_reuse", list(range(cohort))))
-    backend = SimulatedBackend(training_data=dataset, val_data=None, postprocessors=[])
-    model = PyTorchModel(net, local_optimizer_create=torch.optim.SGD, central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0))
-    params = NNAlgorithmParams(central_num_iterations=iterations, evaluation_frequency=10**9, train_cohort_size=cohort,
-                               val_cohort_size=0)
-    train = NNTrainHyperParams(local_learning_rate=LR, local_num_epochs=EPOCHS, local_batch_size=BATCH)
-    marks: list[float] = []
-
-    class Clock(TrainingProcessCallback):
-        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
-            marks.append(time.perf_counter())
-            return False, Metrics()
-
-    loop = asyncio.new_event_loop()  # pfl drives its loop with asyncio.get_event_loop()
-    asyncio.set_event_loop(loop)
-    start = time.perf_counter()
-    FederatedAveraging().run(algorithm_params=params, backend=backend, model=model, model_train_params=train,
-                             model_eval_params=NNEvalHyperParams(local_batch_size=None), callbacks=[Clock()],
-                             send_metrics_to_platform=False)
-    end = time.perf_counter()
-    asyncio.set_event_loop(None)
-    loop.close()
-    return (end - start) / iterations, (end - marks[0]) / max(iterations - 1, 1)
+    t = run_fedavg(task.model, [(c.x, c.y) for c in task.clients], cohort, iterations, lr=LR, batch=BATCH, epochs=EPOCHS,
+                   sampler="minimize_reuse")
+    if t is None:
+        return None
+    return (t.end - t.start) / iterations, (t.end - t.first) / max(iterations - 1, 1)
 
 
 def pfl_elsewhere(python: str, cohort: int) -> tuple[float, float] | None:

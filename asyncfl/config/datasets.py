@@ -121,15 +121,13 @@ class LeafTask(DatasetTask):
         return ("population.clients",)
 
 
-class FEMNISTTask(LeafTask):
-    """LEAF FEMNIST: 28×28 handwritten characters, 62 classes, one client per writer."""
+class FEMNISTShape(TaskSection):
+    """The sizes of FEMNIST-shaped data (``femnist``, ``femnist-twin``): 28×28 float32 images of 62
+    classes, LEAF's counts per writer (226.83 on average, 90 % for training), LEAF's CNN or the
+    2NN MLP."""
 
-    name: Literal["femnist"] = "femnist"
     model: Literal["cnn", "mlp"] = "cnn"
     hidden: Annotated[int, Field(ge=1, le=100_000)] = 200
-
-    SOURCE: ClassVar[str] = ("LEAF (https://leaf.cmu.edu, github.com/TalwalkarLab/leaf): in leaf/data/femnist run "
-                             "./preprocess.sh -s niid --sf 1.0 -k 0 -t sample, then task.path = leaf/data/femnist/data")
 
     def model_params(self) -> int:
         return image_model_params(self.model, IMAGE_SIDE * IMAGE_SIDE, FEMNIST_CLASSES, self.hidden)
@@ -142,6 +140,15 @@ class FEMNISTTask(LeafTask):
 
     def test_samples(self, clients: int) -> float:
         return clients * FEMNIST_MEAN * (1 - LEAF_TRAIN_FRACTION["femnist"])
+
+
+class FEMNISTTask(LeafTask, FEMNISTShape):
+    """LEAF FEMNIST: 28×28 handwritten characters, 62 classes, one client per writer."""
+
+    name: Literal["femnist"] = "femnist"
+
+    SOURCE: ClassVar[str] = ("LEAF (https://leaf.cmu.edu, github.com/TalwalkarLab/leaf): in leaf/data/femnist run "
+                             "./preprocess.sh -s niid --sf 1.0 -k 0 -t sample, then task.path = leaf/data/femnist/data")
 
     def build_bytes(self, clients: int) -> int:
         return self.data_bytes(clients) + LEAF_FILE_PEAK
@@ -331,7 +338,7 @@ class TFFEMNISTTask(DatasetTask):
 
 
 # ---------------------------------------------------------------------------------------------
-class FEMNISTTwinTask(TaskSection):
+class FEMNISTTwinTask(FEMNISTShape):
     """A synthetic data set shaped like LEAF FEMNIST, generated offline (docs/tasks.md §18): 28×28
     images of 62 classes by ``users`` writers with FEMNIST's per-writer counts, each image a class
     prototype drawn in the writer's style (affine transform, stroke weight, contrast) with noise.
@@ -342,20 +349,6 @@ class FEMNISTTwinTask(TaskSection):
     data_seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
     noise: Annotated[float, Field(ge=0, le=10)] = 0.3
     style: Annotated[float, Field(ge=0, le=10)] = 1.0
-    model: Literal["cnn", "mlp"] = "cnn"
-    hidden: Annotated[int, Field(ge=1, le=100_000)] = 200
-
-    def model_params(self) -> int:
-        return image_model_params(self.model, IMAGE_SIDE * IMAGE_SIDE, FEMNIST_CLASSES, self.hidden)
-
-    def mean_samples_per_client(self, clients: int) -> float:
-        return FEMNIST_MEAN * LEAF_TRAIN_FRACTION["femnist"]
-
-    def sample_bytes(self) -> int:
-        return IMAGE_SIDE * IMAGE_SIDE * 4 + 8
-
-    def test_samples(self, clients: int) -> float:
-        return clients * FEMNIST_MEAN * (1 - LEAF_TRAIN_FRACTION["femnist"])
 
     def build_bytes(self, clients: int) -> int:
         # one writer's float32 images and its transform grid at a time, on top of the data
