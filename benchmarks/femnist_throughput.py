@@ -64,17 +64,17 @@ def _jobs(task: Task):
     return [LocalJob(k, theta, theta, 0.0, seed=1000 + k) for k in range(task.num_clients)]
 
 
-def time_batched(task: Task, vmap: bool | None = None) -> float:
-    """Seconds of one ``train_batched`` call on the cohort: as the task declares
+def time_batched(task: Task, vmap: bool | None = None) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of one ``train_batched`` call on the cohort: as the task declares
     (``Task.batched_training``: one by one for LEAF's CNN), or forced through ``vmap``."""
     from asyncfl.compute.training import train_batched
 
     declared = task.batched_training
     task.batched_training = declared if vmap is None else vmap
     try:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         train_batched(task, client_config(), _jobs(task))
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - start_cpu
     finally:
         task.batched_training = declared
 
@@ -100,14 +100,16 @@ def profile_batched(task: Task, top: int = 6) -> list[tuple[str, float]]:
 
 
 def time_pfl(cohort: int, iterations: int = 3) -> tuple[float, float] | None:
-    """``(total, steady)`` seconds per cohort of pfl's FedAvg on the same twin, model and initial
-    weights (every user in every cohort), or None when pfl is not installed here."""
+    """``(wall, cpu)`` seconds per cohort of pfl's FedAvg on the same twin, model and initial
+    weights (every user in every cohort), from the end of its first central iteration on (its
+    set-up left out), or None when pfl is not installed here."""
     task = cohort_task(cohort)
     t = run_fedavg(task.model, [(c.x, c.y) for c in task.clients], cohort, iterations, lr=LR, batch=BATCH, epochs=EPOCHS,
                    sampler="minimize_reuse")
     if t is None:
         return None
-    return (t.end - t.start) / iterations, (t.end - t.first) / max(iterations - 1, 1)
+    steady = max(iterations - 1, 1)
+    return (t.end - t.first) / steady, (t.end_cpu - t.first_cpu) / steady
 
 
 def pfl_elsewhere(python: str, cohort: int) -> tuple[float, float] | None:
@@ -166,20 +168,28 @@ def main() -> None:
     print(f"twin cohort: {args.cohort} writers, {sum(sizes)} training samples ({min(sizes)}–{max(sizes)} each), "
           f"d = {task.dim}; batch {BATCH}, {EPOCHS} epoch; groups by step count: "
           f"{len(groups(task))} ({dict(sorted(groups(task).items()))})", flush=True)
-    times: dict[str, list[float]] = {"asyncfl": [], "vmap": [], "pfl": []}
+    times: dict[str, list[tuple[float, float]]] = {"asyncfl": [], "vmap": [], "pfl": []}
     for r in range(args.rounds):
         times["asyncfl"].append(time_batched(task))
         if not args.no_vmap:
             times["vmap"].append(time_batched(task, vmap=True))
         pfl = pfl_elsewhere(args.pfl_python, args.cohort) if args.pfl_python else time_pfl(args.cohort)
         if pfl is not None:
-            times["pfl"].append(pfl[1])
-        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v), flush=True)
-    print(f"1. one cohort of {args.cohort}, one thread each: client updates/s (median of {args.rounds} rounds)")
-    rate = {k: args.cohort / statistics.median(v) for k, v in times.items() if v}
-    for k, v in rate.items():
-        print(f"   {k:8} {v:7.2f} updates/s" + (f"   ÷ pfl {v / rate['pfl']:.2f}" if "pfl" in rate else ""))
-    if "pfl" not in rate:
+            times["pfl"].append(pfl)
+        print(f"  round {r + 1} (wall / CPU s): " + ", ".join(f"{k} {v[-1][0]:.1f} / {v[-1][1]:.1f}" for k, v in times.items() if v),
+              flush=True)
+    print(f"1. one cohort of {args.cohort}, one thread each: client updates per second of wall and of CPU time "
+          f"(median of {args.rounds} rounds; CPU time does not count waiting for a core on a shared machine)")
+    for k, v in times.items():
+        if not v:
+            continue
+        wall, cpu = (args.cohort / statistics.median(t[i] for t in v) for i in (0, 1))
+        line = f"   {k:8} {wall:6.2f} /s wall  {cpu:6.2f} /s CPU"
+        if times["pfl"]:
+            paired = statistics.median(p[1] / t[1] for t, p in zip(v, times["pfl"]))
+            line += f"   ÷ pfl, paired by round: {statistics.median(p[0] / t[0] for t, p in zip(v, times['pfl'])):.2f} wall, {paired:.2f} CPU"
+        print(line)
+    if not times["pfl"]:
         print("   pfl: not installed here (give --pfl-python)")
     print("   where asyncfl's CPU time goes: " + ", ".join(f"{k} {s:.0%}" for k, s in profile_batched(task)))
 

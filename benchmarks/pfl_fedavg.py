@@ -14,11 +14,15 @@ import torch
 
 
 class PflTiming(NamedTuple):
-    """``perf_counter`` marks: the run's start, the end of its first central iteration, its end."""
+    """Marks of the run's start, the end of its first central iteration and its end: wall
+    (``perf_counter``) and the process's CPU time (``process_time``)."""
 
     start: float
     first: float
     end: float
+    start_cpu: float
+    first_cpu: float
+    end_cpu: float
 
 
 def run_fedavg(module: torch.nn.Module, data: list[tuple[torch.Tensor, torch.Tensor]], cohort: int, iterations: int,
@@ -64,22 +68,22 @@ def run_fedavg(module: torch.nn.Module, data: list[tuple[torch.Tensor, torch.Ten
     params = NNAlgorithmParams(central_num_iterations=iterations, evaluation_frequency=10**9, train_cohort_size=cohort,
                                val_cohort_size=0)
     train = NNTrainHyperParams(local_learning_rate=lr, local_num_epochs=epochs, local_batch_size=batch)
-    marks: list[float] = []
+    marks: list[tuple[float, float]] = []
 
     class Clock(TrainingProcessCallback):
         def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
-            marks.append(time.perf_counter())
+            marks.append((time.perf_counter(), time.process_time()))
             return False, Metrics()
 
     # pfl drives its loop with asyncio.get_event_loop(), which fails once an asyncio.run()
     # (an asyncfl measurement) has ended: give it a loop of its own
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     FederatedAveraging().run(algorithm_params=params, backend=backend, model=model, model_train_params=train,
                              model_eval_params=NNEvalHyperParams(local_batch_size=None), callbacks=[Clock()],
                              send_metrics_to_platform=False)
-    end = time.perf_counter()
+    end, end_cpu = time.perf_counter(), time.process_time()
     asyncio.set_event_loop(None)
     loop.close()
-    return PflTiming(start, marks[0], end)
+    return PflTiming(start, marks[0][0], end, start_cpu, marks[0][1], end_cpu)

@@ -68,7 +68,7 @@ def test_femnist_throughput_benchmark_times_its_three_ways(monkeypatch):
     monkeypatch.setattr(ft, "client_config", lambda: ClientConfig(lr=0.05, batch_size=5, local_steps=1))
     task = ft.cohort_task(2)
     assert task.num_clients == 2 and task.dim == 6_603_710  # LEAF's CNN on the twin
-    assert ft.time_batched(task) > 0 and ft.time_batched(task, vmap=True) > 0
+    assert min(ft.time_batched(task)) > 0 and min(ft.time_batched(task, vmap=True)) > 0
     assert task.batched_training is False  # restored after the forced vmap
     assert sum(ft.groups(task).values()) == 2
     shares = ft.profile_batched(task, top=3)

@@ -74,6 +74,8 @@ class DatasetTask(TaskSection):
     """A task read from files under ``path``. Subclasses give the files and where they come from."""
 
     SOURCE: ClassVar[str] = ""
+    #: the keys naming input files: a relative path is taken relative to the scenario file
+    file_keys: ClassVar[tuple[str, ...]] = ("path",)
 
     def expected_files(self) -> list[tuple[str, ...]]:
         """Files the reader needs, relative to ``path``; each entry lists accepted alternatives
