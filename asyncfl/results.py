@@ -128,7 +128,7 @@ class Run:
     def scenario(self) -> scenario_mod.Scenario:
         """The run's ``scenario.toml``, validated (:func:`asyncfl.config.scenario.load`)."""
         try:
-            return scenario_mod.load(self.path / "scenario.toml")
+            return scenario_mod.load(self.path / "scenario.toml", run_dir=True)
         except ScenarioError as exc:
             raise RunDirError(f"{self.path}: its scenario.toml is not valid:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
 
@@ -139,8 +139,17 @@ class Run:
 
     @cached_property
     def metrics(self) -> "pd.DataFrame":
-        """``metrics.csv``, one row per evaluation, columns typed by :data:`METRIC_DTYPES`."""
-        return _read_table(self.path / "metrics.csv", METRIC_DTYPES)
+        """``metrics.csv``, one row per evaluation, columns typed by :data:`METRIC_DTYPES`; a task's
+        own metrics (``Task.metric_names``) are further float columns."""
+        frame = _read_table(self.path / "metrics.csv", METRIC_DTYPES)
+        pd = _pandas()
+        for col in frame.columns:
+            if col not in METRIC_DTYPES:
+                try:
+                    frame[col] = pd.to_numeric(frame[col].replace("", math.nan), errors="raise").astype("float64")
+                except (ValueError, TypeError) as exc:
+                    raise RunDirError(f"{self.path / 'metrics.csv'}: column {col!r} is not numeric ({exc})") from None
+        return frame
 
     @cached_property
     def updates(self) -> "pd.DataFrame":

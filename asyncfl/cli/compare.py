@@ -24,9 +24,9 @@ from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.errors import AsyncFLError
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.results import Run, load_run
+from asyncfl.run.bias_report import own_bias
 
 #: the bias.json key measuring each FedBuff rule's own bias (docs/server-rules.md §7)
-OWN_BIAS = {"sgd": "none", "momentum": "momentum", "nesterov": "momentum", "ma-full": "ma_full", "ma-light": "ma_light"}
 COLUMNS = ("run", "protocol", "algorithm", "rule", "task", "private", "status", "steps", "virtual_time",
            "loss", "accuracy", "gap", "train_loss", "updates_accepted", "bias")
 
@@ -41,15 +41,11 @@ def row_of(run: Run, label: str) -> dict[str, Any]:
     before the summary named what ran)."""
     summary, server = run.summary, run.scenario.server
     final = run.final
-    bias: Any = math.nan
-    if server.protocol == "sync":
-        bias = 0.0
-    elif run.bias is not None and server.rule in OWN_BIAS:
-        bias = run.bias.get(OWN_BIAS[server.rule], math.nan)
+    bias = own_bias(run.scenario, run.bias)
     return {
         "run": label, "protocol": summary.get("protocol", server.protocol),
         "algorithm": summary.get("algorithm", server.algorithm),
-        "rule": summary.get("rule", server.rule if server.algorithm in ("fedavg", "fedprox") else None) or "—",
+        "rule": summary.get("rule", server.rule if run.scenario.component("algorithm").traits.uses_rule else None) or "—",
         "task": summary.get("task", run.scenario.task.name), "private": bool(summary.get("private", run.scenario.privacy.enabled)),
         "status": summary.get("status"), "steps": summary.get("steps"), "virtual_time": summary.get("virtual_time"),
         "loss": final.get("loss"), "accuracy": final.get("accuracy"), "gap": final.get("gap"),

@@ -54,7 +54,7 @@ LOCK_NAME = ".asyncfl.lock"
 #: the only files ``--overwrite`` removes
 RUN_FILES = (
     "scenario.toml", "updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", "bias.json",
-    "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png", "privacy.csv",
+    "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png", "privacy.csv", "components.json",
 )
 _TEMPORARY = re.compile(r"\.(" + "|".join(re.escape(n) for n in RUN_FILES) + r")\.[A-Za-z0-9_]+")
 
@@ -361,14 +361,15 @@ class RunWriter:
     ``prefixes[name]`` being exactly those bytes (already cut and checked by the resume)."""
 
     def __init__(self, path: Path, append: bool = False, rows: dict[str, int] | None = None,
-                 prefixes: "dict[str, CsvPrefix] | None" = None) -> None:
+                 prefixes: "dict[str, CsvPrefix] | None" = None, metric_fields: tuple[str, ...] = METRIC_FIELDS) -> None:
         self.path = Path(path)
+        self.metric_fields = metric_fields  # METRIC_FIELDS and the task's own metrics (Task.metric_names)
         rows, prefixes = rows or {}, prefixes or {}
         self.metrics: list[dict[str, float]] = []
         self.checkpoint_step: int | None = None  # the step of the last checkpoint written (or resumed from)
         digest = lambda name: prefixes[name].digest if name in prefixes else None  # noqa: E731
         self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append, rows.get("updates.csv", 0), digest("updates.csv"))
-        self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append, rows.get("metrics.csv", 0), digest("metrics.csv"))
+        self.metrics_log = CsvLog(self.path / "metrics.csv", metric_fields, append, rows.get("metrics.csv", 0), digest("metrics.csv"))
 
     def rows(self) -> dict[str, int]:
         """Data rows written so far per CSV file (what a checkpoint must truncate back to)."""
@@ -383,7 +384,7 @@ class RunWriter:
 
     def on_metrics(self, row: dict[str, float]) -> None:
         self.metrics.append(row)
-        self.metrics_log.write([_fmt(row.get(f, math.nan)) for f in METRIC_FIELDS])
+        self.metrics_log.write([_fmt(row.get(f, math.nan)) for f in self.metric_fields])
 
     def write_scenario(self, toml_text: str) -> None:
         atomic_write(self.path / "scenario.toml", lambda p: p.write_text(toml_text, encoding="utf-8"))

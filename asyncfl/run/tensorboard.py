@@ -58,7 +58,7 @@ class TensorBoardLog:
         if event.metrics is None:
             return
         step, w = event.step, self.writer
-        for key, tag in SCALARS.items():
+        for key, tag in {**SCALARS, **{name: f"eval/{name}" for name in sim.task.metric_names}}.items():
             value = event.metrics.get(key, math.nan)
             if value is not None and math.isfinite(value):
                 w.add_scalar(tag, float(value), step)

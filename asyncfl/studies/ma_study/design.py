@@ -199,7 +199,9 @@ class Study:
         clients = raw.get("population", {}).get("clients", scenario_mod.PopulationConfig().clients)
         for key, value in self.privacy_overrides(point, clients).items():
             scenario_mod.assign(raw, key, value)
-        return scenario_mod.validate(_drop_none(raw))
+        raw = _drop_none(raw)
+        scenario_mod.drop_unowned(raw)  # a spec's key applies to the points whose components own it (β: not to SGD)
+        return scenario_mod.validate(raw)
 
     def first_point(self, task: str) -> Point:
         """The task's first point (first method, its first K and lr, first seed, no DP): the

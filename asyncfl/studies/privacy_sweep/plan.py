@@ -99,7 +99,7 @@ def point_scenario(base: scenario_mod.Scenario, budget: Budget, point: SweepPoin
         privacy.pop(key, None)
     privacy["noise_multiplier"] = budget.sigma
     privacy[point.given] = point.xi if point.given == "xi" else point.gamma
-    raw["server"]["rule"] = rule
+    scenario_mod.apply_values(raw, [("server.rule", rule)])  # the old rule's own keys go with it
     raw["seed"] = int(seed)
     raw["name"] = f"{base.name}-xi{point.xi:.4g}-{rule}-s{seed}"
     return scenario_mod.validate(raw)

@@ -28,8 +28,10 @@ from typing import Any, Callable
 
 import tomli_w
 
-from asyncfl.errors import RunDirError, UsageError
+from asyncfl.config import scenario as scenario_mod
+from asyncfl.errors import AsyncFLError, RunDirError, UsageError
 from asyncfl.figures.metrics import plot_metrics
+from asyncfl.run.bias_report import own_bias
 from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.run.rundir import atomic_write, read_json
 from asyncfl.figures.ci import mean_ci
@@ -38,8 +40,6 @@ from asyncfl.studies.sweep.grid import Grid
 SPEC_NAME = "sweep.toml"
 SPEC_VERSION = 1
 #: bias.json key of the bias each server rule is measured by (its own A)
-RULE_BIAS = {"sgd": "none", "adam": "none", "momentum": "momentum", "nesterov": "momentum",
-             "ma-full": "ma_full", "ma-light": "ma_light"}
 METRICS = ("loss", "accuracy", "train_loss", "virtual_time", "wall_time", "bias", "epsilon")
 FIXED = ("name", "seed", "status", "message", "steps", "loss", "accuracy", "train_loss", "virtual_time",
          "wall_time", "updates_per_second", "bias", "bias_none", "bias_momentum", "bias_ma_full", "bias_ma_light",
@@ -104,14 +104,13 @@ def result_row(outcome: RunOutcome, values: dict[str, Any], seed: int, sweep_dir
     s = outcome.summary
     final = s.get("final", {}) if isinstance(s.get("final"), dict) else {}
     bias = _bias(outcome.out)
-    rule = str(values.get("server.rule", _rule_of(outcome.out)))
     privacy = s.get("privacy", {}) if isinstance(s.get("privacy"), dict) else {}
     return {
         **{k: v for k, v in values.items()}, "name": outcome.name, "seed": seed, "status": outcome.status,
         "message": outcome.message or str(s.get("error", "")), "steps": s.get("steps"),
         "loss": final.get("loss"), "accuracy": final.get("accuracy"), "train_loss": final.get("train_loss"),
         "virtual_time": s.get("virtual_time"), "wall_time": s.get("wall_time"), "updates_per_second": s.get("updates_per_second"),
-        "bias": bias.get(RULE_BIAS.get(rule, ""), math.nan),
+        "bias": _own_bias(outcome.out, bias),
         **{f"bias_{k}": bias.get(k, math.nan) for k in ("none", "momentum", "ma_full", "ma_light")},
         "epsilon": privacy.get("epsilon_spent", math.nan), "run_dir": str(outcome.out.relative_to(sweep_dir)),
     }
@@ -128,12 +127,14 @@ def _bias(out: Path) -> dict[str, float]:
     return {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _rule_of(out: Path) -> str:
+def _own_bias(out: Path, bias: dict[str, float]) -> float:
+    """The bias of the run's own rule (:func:`asyncfl.run.bias_report.own_bias`), NaN when its
+    scenario cannot be read."""
     try:
-        raw = tomllib.loads((out / "scenario.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return ""
-    return str(raw.get("server", {}).get("rule", ""))
+        scenario = scenario_mod.load(out / "scenario.toml", run_dir=True)
+    except (AsyncFLError, OSError):
+        return math.nan
+    return own_bias(scenario, bias)
 
 
 def summary_rows(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
