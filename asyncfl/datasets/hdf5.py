@@ -3,11 +3,13 @@
 * TFF (EMNIST, ``fed_emnist_{train,test}.h5``): a group ``examples`` with one group per writer,
   each holding equal-length datasets — EMNIST's ``pixels`` ``(n, 28, 28)`` float32 and
   ``label`` ``(n,)`` int32.
-* FLAIR (Song et al., 2022, as pfl-research prepares it): one group per partition (``train``,
-  ``val``, ``test``) with one group per user holding ``images`` and ``labels``.
+* FLAIR (Song et al., 2022, as its preparation script writes it): one group per partition with one
+  group per user holding ``images`` and the labels as ``'|'``-joined strings (a multi-label task).
 
-Both are "a group of users, each a group of named arrays": :func:`read_h5_users` reads the
-chosen users' arrays from such a group (the users chosen by :mod:`asyncfl.datasets.users`).
+Both are "a group of users, each a group of named arrays": :func:`read_h5_users` reads the chosen
+users' arrays from such a group (the users chosen by :mod:`asyncfl.datasets.users`), checking each
+array's trailing shape and dtype kind. Only the TFF layout has a task (``tff-emnist``); FLAIR's
+string labels and 256×256 images would need their own decoding, loss and model, not written yet.
 ``h5py`` is an optional dependency (``pip install asyncfl[h5]``), imported on use; without it
 the task is refused with that command. Torch-free.
 """
@@ -43,12 +45,6 @@ def _open(path: Path) -> Any:
         return h5py.File(path, "r")
     except OSError as exc:
         raise refuse(path, f"not an HDF5 file ({str(exc)[:80]})") from None
-
-
-def h5_user_ids(path: Path, group: str) -> list[str]:
-    """The user ids under ``group`` of the file."""
-    with _open(path) as fh:
-        return sorted(_users_group(fh, path, group).keys())
 
 
 def _users_group(fh: Any, path: Path, group: str) -> Any:
