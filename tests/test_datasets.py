@@ -390,3 +390,28 @@ def test_asyncfl_run_refuses_a_missing_folder_with_exit_2_and_writes_nothing(tmp
     assert f"task.path = '{tmp_path / 'data' / 'cifar'}': no such folder" in err  # relative to the scenario file
     assert "cifar-10-python.tar.gz" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_on_a_folder_does_not_resume_on_changed_files(tmp_path):
+    from asyncfl.config import scenario as sc
+    from asyncfl.errors import AsyncFLError, RunInterrupted
+    from asyncfl.run.runner import resume_dir_blocking, run_to_dir_blocking
+
+    root = write_femnist(tmp_path / "femnist")
+    scenario = sc.validate({"name": "resume", "seed": 1, "population": {"clients": 6},
+                            "task": {"name": "femnist", "path": str(root), "model": "mlp", "hidden": 8},
+                            "client": {"lr": 0.05, "local_steps": 1, "batch_size": 4},
+                            "server": {"protocol": "fedbuff", "concurrency": 3, "buffer": 2, "rule": "sgd", "lr": 1.0},
+                            "run": {"steps": 6, "eval_every": 2, "checkpoint_every": 2}})
+    cut = tmp_path / "run"
+    with pytest.raises(RunInterrupted):
+        run_to_dir_blocking(scenario, cut, should_stop=lambda: (cut / "checkpoint.pt").exists())
+    for path in (root / "train").glob("*.json"):  # one pixel of every writer's first image changes
+        doc = json.loads(path.read_text())
+        for user in doc["users"]:
+            doc["user_data"][user]["x"][0][0] = 0.5 if doc["user_data"][user]["x"][0][0] != 0.5 else 0.25
+        path.write_text(json.dumps(doc))
+    before = {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()}
+    with pytest.raises(AsyncFLError, match="task.name = 'femnist': its data differ from the data the run started on"):
+        resume_dir_blocking(cut)
+    assert {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()} == before  # nothing touched
