@@ -1,14 +1,16 @@
 """Optimality gap of the synchronous baselines (and FedBuff for reference), docs/baselines.md.
 
-``python -m analysis.baselines --out DIR`` runs FedAvg, FedProx, FedSplit, FedDR, FedPD
-(``server.protocol = "sync"``) and FedBuff on two problems,
+``python -m analysis.baselines --out DIR`` runs FedAvg, FedProx, FedSplit, FedDR (also with the
+linear inexactness schedule, ``feddr-linear``), FedPD (``server.protocol = "sync"``) and, on
+FedBuff, plain SGD, momentum, MA-light, the delay-adaptive step, FADAS, CA2FL and asynchronous
+FedDR (docs/async-optimisers.md; one configuration each, a first look) on two problems,
 
 * ``least-squares``: the quadratic task's random problem, ``f_k(θ) = ½‖A_kθ − b_k‖²``;
 * ``logreg``: synthetic (1, 1) with an L2-regularised logistic regression,
   ``f_k(θ) = mean_i CE_k,i(θ) + (l2/2)‖θ‖²``;
 
-FedPD once with ``p = 0`` and once skipping with ``p = 0.2`` (``fedpd-skip``), FedBuff until it
-reaches the sync runs' final virtual time; all with the same inexact local solver (full-batch gradient steps, warm-started as docs/baselines.md
+FedPD once with ``p = 0`` and once skipping with ``p = 0.2`` (``fedpd-skip``), the FedBuff runs
+until they reach the sync runs' final virtual time; all with the same inexact local solver (full-batch gradient steps, warm-started as docs/baselines.md
 says), and plots the optimality gap ``F(θ_t) − F*`` of
 
     F(θ) = (1/K) Σ_k f_k(θ)          (FedDR's F with g = 0, docs/baselines.md §4)
@@ -40,7 +42,12 @@ import scipy.optimize
 from asyncfl.config import scenario as sc
 from asyncfl.sim.engine import Simulation
 
-ALGORITHMS = ("fedavg", "fedprox", "fedsplit", "feddr", "fedpd", "fedpd-skip", "fedbuff")
+SYNC = ("fedavg", "fedprox", "fedsplit", "feddr", "feddr-linear", "fedpd", "fedpd-skip")
+#: FedBuff runs (dashed), stopped at the sync runs' final virtual time: plain FedBuff SGD, heavy-ball
+#: and MA-light momentum, and the comparators of docs/async-optimisers.md at one configuration each
+ASYNC = ("fedbuff", "fedbuff-momentum", "fedbuff-ma-light", "fedbuff-sgd-delay", "fedbuff-fadas", "ca2fl", "feddr-async")
+ALGORITHMS = SYNC + ASYNC
+FADAS_LR = 0.02  # FADAS's steps are sign-like (docs/async-optimisers.md §3): η is the per-coordinate step
 SKIP = 0.2  # FedPD's skip probability p in the "fedpd-skip" run ("fedpd" has p = 0)
 Objective = Callable[[np.ndarray], float]
 
@@ -76,13 +83,25 @@ def problem_scenarios(name: str, clients: int, rounds: int, seed: int) -> dict[s
         "feddr": ({**local, "mu": mu}, {**sync, "algorithm": "feddr", "alpha": 1.5}),
         "fedpd": ({**local, "mu": mu}, {**sync, "algorithm": "fedpd", "skip_probability": 0.0}),
         "fedpd-skip": ({**local, "mu": mu}, {**sync, "algorithm": "fedpd", "skip_probability": SKIP}),
-        "fedbuff": ({**local}, {"protocol": "fedbuff", "concurrency": clients, "buffer": max(1, clients // 2),
-                                "rule": "sgd", "lr": 1.0}),
+        # the inexactness schedule (docs/baselines.md §4.2): one more local step every 5 rounds
+        "feddr-linear": ({**local, "mu": mu}, {**sync, "algorithm": "feddr", "alpha": 1.5,
+                                               "feddr_schedule": "linear", "feddr_growth": 0.2}),
     }
+    buff = {"protocol": "fedbuff", "concurrency": clients, "buffer": max(1, clients // 2)}
+    per_algorithm.update({
+        "fedbuff": ({**local}, {**buff, "rule": "sgd", "lr": 1.0}),
+        "fedbuff-momentum": ({**local}, {**buff, "rule": "momentum", "lr": 0.1, "beta": 0.9}),
+        "fedbuff-ma-light": ({**local}, {**buff, "rule": "ma-light", "lr": 0.1, "beta": 0.9}),
+        "fedbuff-sgd-delay": ({**local}, {**buff, "rule": "sgd-delay", "lr": 1.0}),
+        "fedbuff-fadas": ({**local}, {**buff, "rule": "fadas", "lr": FADAS_LR}),
+        "ca2fl": ({**local}, {**buff, "algorithm": "ca2fl", "rule": "sgd", "lr": 1.0}),
+        "feddr-async": ({**local, "mu": mu}, {**buff, "algorithm": "feddr", "alpha": 1.5}),
+    })
     raws = {alg: {**base, "name": f"{name}-{alg}", "client": c, "server": s} for alg, (c, s) in per_algorithm.items()}
     # FedBuff steps more often than a sync round ends: give it enough steps to cover the sync runs'
     # virtual time; trace() stops it once it passes the end of the sync runs.
-    raws["fedbuff"]["run"] = {**base["run"], "steps": 20 * rounds}
+    for alg in ASYNC:
+        raws[alg]["run"] = {**base["run"], "steps": 20 * rounds}
     return raws
 
 
@@ -153,8 +172,8 @@ def run_problem(name: str, clients: int, rounds: int, seed: int, log: Callable[[
     out: dict[str, Any] = {"F_star": F_star, "traces": {}}
     for alg in ALGORITHMS:
         start = time.perf_counter()
-        sync_end = max((rows[-1][1] for rows in out["traces"].values()), default=np.inf)
-        out["traces"][alg] = trace(raws[alg], F, F_star, until_time=sync_end if alg == "fedbuff" else np.inf)
+        sync_end = max((rows[-1][1] for a, rows in out["traces"].items() if a in SYNC), default=np.inf)
+        out["traces"][alg] = trace(raws[alg], F, F_star, until_time=sync_end if alg in ASYNC else np.inf)
         last = out["traces"][alg][-1]
         log(f"{name:14s} {alg:9s} final gap {last[2]:.3e} (F* = {F_star:.6g}) at t = {last[1]:.1f} "
             f"[{time.perf_counter() - start:.1f} s]")
@@ -174,7 +193,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
         for alg, rows in results[problem]["traces"].items():
             arr = np.asarray(rows)
             gap = np.maximum(arr[:, 2], floor)
-            style = {"linestyle": "--"} if alg == "fedbuff" else {}
+            style = {"linestyle": "--"} if alg in ASYNC else {}
             axes[row, 0].plot(np.maximum(arr[:, 0], 1), gap, label=alg, **style)
             axes[row, 1].plot(np.maximum(arr[:, 1], arr[1, 1] / 2 if len(arr) > 1 else 1), gap, label=alg, **style)
         for col, xlabel in enumerate(("server steps (rounds)", "virtual time")):

@@ -54,8 +54,9 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local Ray i
 
 import torch  # noqa: E402
 
-from asyncfl.compute import solvers  # noqa: E402
+from asyncfl.compute import executors  # noqa: E402
 from asyncfl.compute.compose import train_batched  # noqa: E402
+from asyncfl.compute.solvers import SGDSolver  # noqa: E402
 from asyncfl.compute.training import LocalJob  # noqa: E402
 from asyncfl.config import scenario as sc  # noqa: E402
 from asyncfl.run.parallel import InProcess, ProcessPool, RayPool, RunJob, run_jobs  # noqa: E402
@@ -158,14 +159,13 @@ class RunProfile(NamedTuple):
 
 class _TrainClock:
     """CPU time of the calling thread inside the SGD solver's ``train_batched`` (what
-    :class:`~asyncfl.compute.executors.BatchedExecutor` calls for ``client.solver = "sgd"``), while
-    installed."""
+    :class:`~asyncfl.compute.executors.BatchedExecutor` calls), while installed."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
 
     def __enter__(self) -> "_TrainClock":
-        real = self._real = solvers.SGDSolver.train_batched
+        real = self._real = SGDSolver.train_batched
 
         def timed(*args, **kwargs):
             start = time.thread_time()
@@ -174,11 +174,11 @@ class _TrainClock:
             finally:
                 self.seconds += time.thread_time() - start
 
-        solvers.SGDSolver.train_batched = timed  # type: ignore[method-assign]
+        SGDSolver.train_batched = timed
         return self
 
     def __exit__(self, *exc) -> None:
-        solvers.SGDSolver.train_batched = self._real  # type: ignore[method-assign]
+        SGDSolver.train_batched = self._real
 
 
 def _cpu() -> tuple[float, float]:

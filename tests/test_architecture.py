@@ -39,7 +39,7 @@ LAYERS: list[set[str]] = [
     {"sim"},
     {"run"},
     {"figures", "studies", "results"},
-    {"cli", "api", "__main__"},
+    {"cli", "api", "__main__"},  # python -m asyncfl is the command line
 ]
 
 

@@ -187,8 +187,8 @@ def test_a_composed_section_pickles_for_worker_processes() -> None:
 
 # -- traits, not names ---------------------------------------------------------------------------------
 def test_the_algorithms_traits_decide_what_runs_where() -> None:
-    with pytest.raises(ScenarioError, match="server.algorithm = 'feddr': runs on server.protocol = 'sync' only"):
-        make_scenario({"server.algorithm": "feddr", "client.mu": 1.0})
+    with pytest.raises(ScenarioError, match="server.algorithm = 'fedsplit': runs on server.protocol = 'sync' only"):
+        make_scenario({"server.algorithm": "fedsplit", "client.mu": 1.0})
     with pytest.raises(ScenarioError, match="client.mu = 0.0: fedprox needs a positive proximal coefficient"):
         make_scenario({"server.algorithm": "fedprox"})
     with pytest.raises(ScenarioError, match="server.algorithm = 'fedavg' has no proximal term; use server.algorithm = 'fedprox'"):

@@ -402,7 +402,8 @@ def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
     if field == "server.algorithm" and name != "fedavg":
         raw["server"]["protocol"] = "sync"
         raw["server"].pop("concurrency")
-        raw["client"]["mu"] = 0.1
+        if name != "ca2fl":  # CA2FL's clients are FedAvg's: no proximal term
+            raw["client"]["mu"] = 0.1
     if field.startswith("privacy."):
         raw["privacy"].update(enabled=True, noise_multiplier=0.5, xi=1.0)
     if field == "privacy.sampling" and name == "participation-cap":

@@ -23,6 +23,8 @@ from asyncfl.cli.console import console, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.errors import AsyncFLError
 from asyncfl.figures.metrics import plot_metrics
+from asyncfl.figures.style import with_format
+from asyncfl.run import outdir
 from asyncfl.results import Run, load_run
 from asyncfl.run.bias_report import own_bias
 
@@ -62,6 +64,12 @@ def _cell(value: Any) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    # the outputs are checked before anything is read or written: never on a run's own files
+    figure = outdir.check_file(with_format(Path(args.out), args.format), args.overwrite, args.run_dirs) if args.out else None
+    if args.csv:
+        outdir.check_file(args.csv, args.overwrite, args.run_dirs, option="--csv")
+        if figure is not None and Path(args.csv).resolve() == figure.resolve():
+            raise AsyncFLError(f"--csv {args.csv}: the same file as --out; give two paths")
     runs = [load_run(p) for p in args.run_dirs]
     if args.label and len(args.label) != len(runs):
         raise AsyncFLError(f"--label: given {len(args.label)} times for {len(runs)} runs; give one per run, in order")
@@ -88,6 +96,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if metric != "loss" and all(run.metrics[metric].isna().all() if metric in run.metrics else True for run in runs):
             warn(f"note: no run has {metric!r} (a regression task?); drawing 'loss' instead")
             metric = "loss"
-        out = plot_metrics([r.path for r in runs], Path(args.out), labels, metrics=[metric], fmt=args.format)
+        out = plot_metrics([r.path for r in runs], figure, labels, metrics=[metric], fmt=args.format)
         say(f"wrote {out}")
     return EXIT_OK

@@ -20,10 +20,11 @@ from asyncfl.config import checks
 from asyncfl.config import datasets as ds
 from asyncfl.config import latency as lat
 from asyncfl.config import tasks as tk
-from asyncfl.config.client import AdamSolverConfig, ClipHookConfig, SGDSolverConfig, TopKHookConfig
+from asyncfl.config.client import AdamSolverConfig, ClipHookConfig, LinearisedSolverConfig, SGDSolverConfig, TopKHookConfig
 from asyncfl.config.population import DiurnalConfig, TraceAvailabilityConfig
 from asyncfl.config.server import (
-    AdamConfig, FedBuffConfig, FedDRConfig, FedPDConfig, MAFullConfig, MALightConfig, MomentumConfig, SyncConfig,
+    AdamConfig, DelayScaleConfig, FADASConfig, FedBuffConfig, FedDRConfig, FedPDConfig, MAFullConfig, MALightConfig,
+    MomentumConfig, SyncConfig,
 )
 
 
@@ -49,6 +50,12 @@ def _rows_per_client(rows: int, name: str) -> Any:
         return (MemoryPart(f"{name}'s {rows} model vectors per client", rows * shape.clients * shape.vector,
                            ("population.clients", "server.algorithm", "task")),)
     return memory
+
+
+def _ca2fl_memory(cfg: None, shape: MemoryShape) -> tuple[MemoryPart, ...]:
+    """CA2FL's cache: one model vector per client, copied once per step to keep the state pure."""
+    return (MemoryPart("CA2FL's cached update per client (and its copy in a step)", 2 * shape.clients * shape.vector,
+                       ("population.clients", "task")),)
 
 
 def _task(name: str, module: str, summary: str, config: type, **traits: Any) -> Component:
@@ -136,6 +143,12 @@ COMPONENTS: tuple[Component, ...] = (
               RuleTraits(own_bias="ma_light", coefficients="pair", memory=_ma_light_memory),
               state=("asyncfl.server.ma:MALightState",),
               summary="momentum approximation: one buffer, two fitted coefficients"),
+    Component("rule", "sgd-delay", "asyncfl.server.async_rules:DelayAdaptiveSGD.from_config", DelayScaleConfig,
+              RuleTraits(own_bias=None), state=("asyncfl.server.rules:EmptyState",),
+              summary="m_t = s_t r_t, the step shrunk as min(1, κ/τ_max) past τ_c"),
+    Component("rule", "fadas", "asyncfl.server.async_rules:FADAS.from_config", FADASConfig,
+              RuleTraits(own_bias=None), state=("asyncfl.server.async_rules:AMSGradState",),
+              summary="FADAS: AMSGrad on r_t with the delay-adaptive step"),
 
     # -- server algorithms (docs/baselines.md) --------------------------------------------------------
     Component("algorithm", "fedavg", "asyncfl.server.algorithms:build_pseudo_gradient", None, AlgorithmTraits(mu="zero"),
@@ -149,13 +162,18 @@ COMPONENTS: tuple[Component, ...] = (
               state=("asyncfl.server.splitting:BaselineState", "asyncfl.server.splitting:ClientJob"),
               summary="FedSplit: Peaceman–Rachford splitting"),
     Component("algorithm", "feddr", "asyncfl.server.splitting:build_feddr", FedDRConfig,
-              AlgorithmTraits(**_SPLITTING, memory=_rows_per_client(3, "feddr")),
+              AlgorithmTraits(**{**_SPLITTING, "protocols": None}, one_upload_per_client=True,
+                              memory=_rows_per_client(3, "feddr"), check=checks.check_feddr),
               state=("asyncfl.server.splitting:BaselineState", "asyncfl.server.splitting:ClientJob"),
               summary="FedDR: Douglas–Rachford splitting, optional server regulariser"),
     Component("algorithm", "fedpd", "asyncfl.server.splitting:build_fedpd", FedPDConfig,
               AlgorithmTraits(**_SPLITTING, memory=_rows_per_client(4, "fedpd")),
               state=("asyncfl.server.splitting:BaselineState", "asyncfl.server.splitting:ClientJob"),
               summary="FedPD: primal-dual, randomly skipped communication"),
+    Component("algorithm", "ca2fl", "asyncfl.server.ca2fl:build_ca2fl", None,
+              AlgorithmTraits(mu="zero", private=False, memory=_ca2fl_memory, check=checks.check_ca2fl),
+              state=("asyncfl.server.ca2fl:CA2FLState",),
+              summary="CA2FL: the aggregate calibrated with every client's cached update"),
 
     # -- local solvers (docs/tasks.md §8) ---------------------------------------------------------
     Component("solver", "sgd", "asyncfl.compute.solvers:SGD_SOLVER", SGDSolverConfig, SolverTraits(batched=True),
@@ -165,6 +183,9 @@ COMPONENTS: tuple[Component, ...] = (
     Component("solver", "exact", "asyncfl.compute.solvers:EXACT_SOLVER", None,
               SolverTraits(needs_closed_form=True, local_work=False, batched=True),
               summary="the closed-form prox_{f_k,μ}(centre) (quadratic tasks)"),
+    Component("solver", "linearised", "asyncfl.compute.solvers:LINEARISED_SOLVER", LinearisedSolverConfig,
+              SolverTraits(batched=False), summary="closed-form steps on the linearised local problem, plain or "
+              "variance-reduced gradients"),
 
     # -- update hooks (docs/extending.md §7) ---------------------------------------------------------
     Component("hook", "none", "asyncfl.compute.hooks:build_none", summary="uploads as the algorithm made them"),

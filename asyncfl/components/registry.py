@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
-import sys
 import threading
 from dataclasses import replace
 from types import ModuleType
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from asyncfl.components.core import KINDS, Component, Origin, _resolve
 from asyncfl.registry import Registry as NameTable
@@ -60,6 +59,10 @@ class Registry:
         table[component.name] = component
         self.generation += 1
         return component
+
+    def unregister(self, kind: str, name: str) -> None:
+        if self._by_kind[kind].pop(name, None) is not None:
+            self.generation += 1
 
     def register_object(self, obj: Any, origin: Origin | None = None) -> list[Component]:
         """Register what an entry point or a ``"module:attr"`` names: a component, a sequence of
@@ -204,22 +207,12 @@ def register(*components: Component | Iterable[Component], replace_existing: boo
 
 def unregister(kind: str, name: str) -> None:
     """Remove a component registered from Python (tests; a notebook redefining one)."""
-    if REGISTRY._by_kind[kind].pop(name, None) is not None:
-        REGISTRY.generation += 1
+    REGISTRY.unregister(kind, name)
 
 
 def component(kind: str, name: Any) -> Component:
     """The registered component ``name`` of ``kind`` (:class:`UnknownComponent` otherwise)."""
     return REGISTRY.get(kind, name)
-
-
-def loaded_modules() -> list[str]:
-    """Modules of the registered plug-ins that are not asyncfl's own, for worker processes that
-    must register the same components before they build anything."""
-    REGISTRY.load_plugins()
-    mods = {c.origin.module for table in REGISTRY._by_kind.values() for c in table.values()
-            if c.origin is not None and c.origin.source != "builtin"}
-    return sorted(m for m in mods if m != "__main__" and m in sys.modules)
 
 
 # -- the view of one kind, for code that asks by kind ---------------------------------------------
@@ -279,11 +272,3 @@ class KindTable(NameTable):
 
 def table(kind: str) -> KindTable:
     return KindTable(kind)
-
-
-def describe(kind: str) -> list[tuple[str, str, str]]:
-    """``(name, summary, origin)`` of every component of ``kind``, for listings."""
-    return [(c.name, c.summary, c.origin.describe() if c.origin else "") for c in REGISTRY.components(kind)]
-
-
-Builder = Callable[..., Any]

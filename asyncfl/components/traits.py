@@ -100,12 +100,17 @@ class AlgorithmTraits(Traits):
     """``protocols``: the protocols it runs on (None: every one); ``uses_rule``: its server step
     goes through ``server.rule`` (a pseudo-gradient), so the rule's bias applies; ``mu``: what it
     needs of ``client.mu`` (``"zero"``, ``"positive"`` or ``"any"``); ``private``: its uploads go
-    through the aggregator, so private aggregation applies (docs/privacy.md §6)."""
+    through the aggregator, so private aggregation applies (docs/privacy.md §6);
+    ``one_upload_per_client``: its clients keep memory that the server step writes, so on a
+    protocol with stale uploads a client is not dispatched again while its upload waits in the
+    buffer (the participation ledger of docs/privacy.md §6; docs/async-optimisers.md §5), and
+    ``server.buffer`` must not exceed ``population.clients``."""
 
     protocols: tuple[str, ...] | None = None
     uses_rule: bool = True
     mu: Literal["zero", "positive", "any"] = "any"
     private: bool = True
+    one_upload_per_client: bool = False
 
 
 @dataclass(frozen=True)

@@ -326,8 +326,8 @@ def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | byte
     while (msg := jobs.get()) is not None:
         group_id, batched, specs = msg
         try:
-            group = [LocalJob(client_k, versions.get(start), versions.get(centre), mu, seed)
-                     for client_k, seed, mu, start, centre in specs]
+            group = [LocalJob(client_k, versions.get(start), versions.get(centre), mu, seed, local_steps=steps)
+                     for client_k, seed, mu, start, centre, steps in specs]
             results.put((group_id, _train_group(task, cfg, solver, group, batched), None))
         except Exception as exc:  # reported on the jobs' futures, the worker keeps serving
             results.put((group_id, None, f"{type(exc).__name__}: {exc}"))
@@ -399,7 +399,7 @@ class ProcessExecutor(_GroupExecutor):
         for job, _ in group:
             start = self._spec(worker, job.start)
             centre = start if job.centre is job.start else self._spec(worker, job.centre)
-            specs.append((job.client, job.seed, job.mu, start, centre))
+            specs.append((job.client, job.seed, job.mu, start, centre, job.local_steps))
         self._queues[worker].put((group_id, batched, specs))
 
     def _read(self) -> None:
@@ -452,7 +452,7 @@ _RAY_TASKS: dict[str, Task] = {}  # per Ray worker process: tasks built so far, 
 
 
 def _ray_train(source_key: str, source_box: list, client: ClientConfig, solver: LocalSolver, threads: int, batched: bool,
-               specs: list[tuple[int, int, float, int, int]], *versions: np.ndarray) -> np.ndarray:
+               specs: list[tuple[int, int, float, int, int, int | None]], *versions: np.ndarray) -> np.ndarray:
     """A Ray remote task: builds the task once per worker process (cached) and trains a group
     of jobs (one job unbatched; one flush's share with ``run.batched``) into an ``(n, d)`` array.
     The group's model versions are the task's own arguments (references that Ray resolves
@@ -465,7 +465,8 @@ def _ray_train(source_key: str, source_box: list, client: ClientConfig, solver: 
             torch.set_num_threads(threads)
         task = _RAY_TASKS[source_key] = _build_source(ray.get(source_box[0]))
     tensors = [torch.from_numpy(v) for v in versions]
-    jobs = [LocalJob(k, tensors[start], tensors[centre], mu, seed) for k, seed, mu, start, centre in specs]
+    jobs = [LocalJob(k, tensors[start], tensors[centre], mu, seed, local_steps=steps)
+            for k, seed, mu, start, centre, steps in specs]
     return _train_group(task, client, solver, jobs, batched)
 
 
@@ -518,7 +519,7 @@ class RayExecutor(_GroupExecutor):
         for job, _ in group:
             start = index(job.start)
             centre = start if job.centre is job.start else index(job.centre)
-            specs.append((job.client, job.seed, job.mu, start, centre))
+            specs.append((job.client, job.seed, job.mu, start, centre, job.local_steps))
         # the versions as top-level arguments, not references nested in the specs: Ray resolves
         # them before the call (no ray.get inside the task) and tracks one borrowed reference
         # per version instead of two per job

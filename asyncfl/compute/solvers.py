@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
+from asyncfl.compute.linearised import linearised_train
 from asyncfl.compute.training import LocalJob, adam_train, sgd_train, sgd_train_batched
 from asyncfl.tasks.base import Task
 
@@ -64,3 +65,14 @@ class ExactSolver(LocalSolver):
 SGD_SOLVER = SGDSolver()
 ADAM_SOLVER = AdamSolver()
 EXACT_SOLVER = ExactSolver()
+
+
+class LinearisedSolver(LocalSolver):
+    """The linearised closed-form local step with a plain or variance-reduced gradient oracle
+    (:func:`asyncfl.compute.linearised.linearised_train`; docs/baselines.md §5.1)."""
+
+    def train(self, task: Task, cfg: Any, job: LocalJob) -> torch.Tensor:
+        return linearised_train(task, cfg, job)
+
+
+LINEARISED_SOLVER = LinearisedSolver()

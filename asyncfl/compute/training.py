@@ -19,7 +19,7 @@ executor that runs it (docs/architecture.md §2 principle 2).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -34,13 +34,25 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LocalJob:
     """One local training job. ``start`` is the initial iterate; ``centre`` the prox centre
-    (used when ``mu > 0`` or by the exact solver)."""
+    (used when ``mu > 0`` or by the exact solver). ``local_steps``, when set, replaces
+    ``client.local_steps`` for this job (an algorithm's inexactness schedule, docs/baselines.md
+    §4.2); None: the ``[client]`` section decides. A solver whose work is local steps reads the
+    section through :func:`job_config`."""
 
     client: int
     start: torch.Tensor
     centre: torch.Tensor
     mu: float
     seed: int
+    local_steps: int | None = field(default=None, kw_only=True)
+
+
+def job_config(cfg: ClientConfig, job: LocalJob) -> ClientConfig:
+    """The ``[client]`` section as ``job`` uses it: its own ``local_steps`` (and no ``epochs``)
+    when it has one, else ``cfg`` itself."""
+    if job.local_steps is None:
+        return cfg
+    return cfg.model_copy(update={"local_steps": job.local_steps, "epochs": None})
 
 
 def batch_schedule(n: int, cfg: ClientConfig, generator: torch.Generator) -> list[torch.Tensor | None]:
@@ -78,6 +90,7 @@ def sgd_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
     as ``torch.optim.SGD`` with the config's ``momentum`` (heavy ball, dampening 0, optional
     ``nesterov``) and ``weight_decay`` (``g ← ∇ + wd·θ``); with neither, ``θ ← θ − lr ∇``
     (docs/tasks.md §8)."""
+    cfg = job_config(cfg, job)
     data = task.clients[job.client]
     generator = torch.Generator().manual_seed(job.seed)
     k, mu, centre = job.client, job.mu, job.centre
@@ -116,6 +129,7 @@ def adam_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
     """Adam steps on ``f_k + (μ/2)‖θ − centre‖²`` over :func:`batch_schedule`'s mini-batches, as
     ``torch.optim.Adam``: ``m ← β₁m + (1−β₁)g``, ``v ← β₂v + (1−β₂)g²``,
     ``θ ← θ − (lr/(1−β₁ᵗ)) m / (√v/√(1−β₂ᵗ) + ε)``, ``g = ∇ + wd·θ`` (docs/tasks.md §8)."""
+    cfg = job_config(cfg, job)
     data = task.clients[job.client]
     generator = torch.Generator().manual_seed(job.seed)
     k, mu, centre = job.client, job.mu, job.centre
@@ -161,7 +175,7 @@ def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> li
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         # id() is safe here: the jobs hold their tensors alive for the whole call
-        steps = local_steps_count(len(task.clients[job.client]), cfg)
+        steps = local_steps_count(len(task.clients[job.client]), job_config(cfg, job))
         groups.setdefault((id(job.start), id(job.centre), job.mu, steps), []).append(i)
     out: list[torch.Tensor] = [None] * len(jobs)  # type: ignore[list-item]
     layers = mlp_layers(task)
@@ -170,8 +184,10 @@ def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> li
             out[members[0]] = sgd_train(task, cfg, jobs[members[0]])
             continue
         group = [jobs[i] for i in members]
-        batches = _group_batches(task, cfg, group)
-        thetas = _train_group(task, cfg, group, batches) if layers is None else _train_group_mlp(task, cfg, group, batches, layers)
+        group_cfg = job_config(cfg, group[0])  # the group's jobs take one number of steps
+        batches = _group_batches(task, group_cfg, group)
+        thetas = (_train_group(task, group_cfg, group, batches) if layers is None
+                  else _train_group_mlp(task, group_cfg, group, batches, layers))
         for i, theta in zip(members, thetas.unbind(0)):
             out[i] = theta
     return out

@@ -55,6 +55,25 @@ def check_sync(sc: Scenario) -> list[str]:
     return errors
 
 
+# -- algorithms -----------------------------------------------------------------------------------
+def check_ca2fl(sc: Scenario) -> list[str]:
+    """CA2FL calibrates the unweighted uploads (docs/async-optimisers.md §4)."""
+    if sc.server.staleness_exponent > 0:
+        return [f"server.staleness_exponent = {sc.server.staleness_exponent}: CA2FL calibrates unweighted updates "
+                "(docs/async-optimisers.md §4); use 0"]
+    return []
+
+
+def check_feddr(sc: Scenario) -> list[str]:
+    """FedDR's schedule sets each job's local steps: the solver's work must be ``client.local_steps``."""
+    schedule = sc.server.feddr_schedule
+    if schedule != "fixed" and (not sc.component("solver").traits.local_work or sc.client.local_steps is None):
+        return [f"server.feddr_schedule = {schedule!r}: sets the local steps of each round, so it needs "
+                f"client.local_steps and a solver whose work is local steps (client.solver = {sc.client.solver!r}"
+                f"{'' if sc.component('solver').traits.local_work else ' solves exactly'})"]
+    return []
+
+
 # -- tasks ----------------------------------------------------------------------------------------
 def check_quadratic(sc: Scenario) -> list[str]:
     if sc.task.problem == "seed-1d" and sc.population.clients != 2:
@@ -83,7 +102,7 @@ def _input_file(key: str, text: str, ok: Any, what: str) -> list[str]:
 def check_trace_latency(sc: Scenario) -> list[str]:
     errors = _input_file("latency.file", sc.latency.file, lambda p: p.is_file() or (p / "updates.csv").is_file(),
                          "an updates.csv or a run directory holding one")
-    always = sc.population.model_fields["availability"].default  # every client online: nothing to replay over
+    always = type(sc.population).model_fields["availability"].default  # every client online: nothing to replay over
     if sc.population.availability != always:
         errors.append(f"population.availability = {sc.population.availability!r}: must be {always!r} with latency.dist = "
                       f"{sc.latency.dist!r} (the recording already holds its availability: waits and offline drops are replayed)")

@@ -7,7 +7,7 @@ Torch-free.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -44,3 +44,14 @@ class TopKHookConfig(Section):
     magnitude and the rest become 0 (sparsified uploads)."""
 
     update_topk: Annotated[float, Field(gt=0, le=1)] = 0.1
+
+
+class LinearisedSolverConfig(Section):
+    """The linearised local step (docs/baselines.md §5.1): ``oracle`` is the gradient estimate the
+    step uses — ``minibatch``: ``∇f_k`` on each step's mini-batch (``batch_size``; absent = full
+    batch); ``variance-reduced``: the recursive estimate ``v_r = v_{r−1} + ∇f_k(x_r; B_r) −
+    ∇f_k(x_{r−1}; B_r)``, restarted from the full gradient at the first step and every
+    ``oracle_refresh`` steps."""
+
+    oracle: Literal["minibatch", "variance-reduced"] = "minibatch"
+    oracle_refresh: Annotated[int, Field(ge=1, le=10**6)] = 10

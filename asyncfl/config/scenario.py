@@ -55,7 +55,7 @@ __all__ = [
     "LATENCIES", "TASKS", "SECTIONS", "TAGGED", "Scenario",
     # reading and validating
     "validate", "load", "apply_changes", "apply_values", "composed", "SELECTORS", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "file_keys",
-    "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "package_name_problem",
+    "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "package_name_problem", "one_upload_per_client",
 ]
 
 
@@ -482,6 +482,9 @@ def _trait_problems(sc: Scenario, parts: dict[str, Component]) -> list[str]:
         errors.append(f"server.algorithm = {server.algorithm!r}: runs on server.protocol = "
                       f"{' or '.join(repr(p) for p in algorithm.protocols)} only; server.protocol = {protocol.name!r} "
                       f"runs {', '.join(repr(a) for a in runs)}")
+    if algorithm.one_upload_per_client and protocol.traits.stale and server.buffer > sc.population.clients:
+        errors.append(f"server.buffer = {server.buffer}: must be at most population.clients = {sc.population.clients} "
+                      f"with server.algorithm = {server.algorithm!r} (a step takes one upload per client)")
     if algorithm.mu == "positive" and client.mu <= 0:
         errors.append(f"client.mu = {client.mu}: {server.algorithm} needs a positive proximal coefficient μ (= 1/s)")
     if algorithm.mu == "zero" and client.mu > 0:
@@ -516,6 +519,14 @@ def _trait_problems(sc: Scenario, parts: dict[str, Component]) -> list[str]:
             f"would enter every later step, un-noised); private runs use {' or '.join(repr(a) for a in private)}"
         )
     return errors
+
+
+def one_upload_per_client(sc: Scenario) -> bool:
+    """Whether the run dispatches a client only when it has no undecided upload (the participation
+    ledger of docs/privacy.md §6): every private run, and runs of an algorithm with
+    ``AlgorithmTraits.one_upload_per_client`` on a protocol with stale uploads."""
+    return sc.privacy.enabled or (sc.component("algorithm").traits.one_upload_per_client
+                                  and sc.component("protocol").traits.stale)
 
 
 def _privacy_problems(sc: Scenario) -> list[str]:

@@ -34,9 +34,10 @@ from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.server import MAFullConfig
 from asyncfl.errors import RunDirError
 from asyncfl.privacy.mechanism import postprocess_counts
-from asyncfl.run.rundir import read_counts, write_json
+from asyncfl.run.rundir import read_counts, read_csv, write_json
 from asyncfl.server.aggregation import weight_matrix
 from asyncfl.server.bias import bias_report
+from asyncfl.server.imbalance import participation_summary
 from asyncfl.server.ma import coefficient_matrix_full, light_recursion, target_matrix
 
 MAX_ANALYSED_STEPS = 2000
@@ -111,9 +112,31 @@ def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray]) 
 
 
 def bias_of_run(run_dir: str | Path) -> dict[str, Any]:
-    """The ``bias.json`` content of a run directory (see the module docstring)."""
+    """The ``bias.json`` content of a run directory (see the module docstring), with the clients'
+    participation read from ``updates.csv`` when the directory has one."""
     scenario, arrays = load_run(run_dir)
-    return bias_of_records(scenario, arrays)
+    report = bias_of_records(scenario, arrays)
+    updates = Path(run_dir) / "updates.csv"
+    if updates.exists():
+        report["participation"] = participation_summary(participation_counts(updates, scenario.population.clients))
+    return report
+
+
+def participation_counts(path: Path, clients: int) -> np.ndarray:
+    """Accepted uploads per client (length ``clients``, zeros included) from ``updates.csv``; a
+    row naming a client outside ``0 … clients−1`` is a RunDirError naming the file."""
+    counts = np.zeros(clients, dtype=np.int64)
+    for i, row in enumerate(read_csv(path), start=2):
+        if row.get("accepted") != "true":
+            continue
+        try:
+            k = int(row["client"])
+        except (KeyError, TypeError, ValueError):
+            raise RunDirError(f"{path}: line {i}: client {row.get('client')!r} is not an integer") from None
+        if not 0 <= k < clients:
+            raise RunDirError(f"{path}: line {i}: client {k} is outside 0 … {clients - 1} (population.clients = {clients})")
+        counts[k] += 1
+    return counts
 
 
 def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -147,6 +170,8 @@ def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarra
     report = bias_report(counts, **common)
     out: dict[str, Any] = {key: report[key] for key in RULE_KEYS}
     out["floor"] = report["floor"]  # MA-full with λ = 0: the lowest bias any rule can reach on this W
+    for key in ("scale_free", "best_scale", "sampling_noise"):  # docs/server-rules.md §7
+        out[key] = report[key]
     out["identity_w"] = bool(np.allclose(weight_matrix(counts, p, C), np.eye(T), rtol=0, atol=1e-12))
     out["amplification"] = report["amplification"]
     out["per_row"] = report["per_row"]

@@ -46,7 +46,7 @@ from asyncfl.components.registry import REGISTRY
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.files import read_limited
 from asyncfl.config.memory import machine_memory
-from asyncfl.config.scenario import Scenario
+from asyncfl.config.scenario import Scenario, one_upload_per_client
 from asyncfl.errors import CheckpointError
 from asyncfl.run.rundir import torch_bytes, write_bytes
 from asyncfl.sim.state import ClientState, Counters, Records, SimState
@@ -359,15 +359,18 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
 
 
 def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list[str]:
-    """The participation ledger of a private run (docs/privacy.md §6) against the scenario and
+    """The participation ledger of a private run (docs/privacy.md §6), or of a run whose
+    algorithm takes one upload per client (docs/async-optimisers.md §5), against the scenario and
     the rest of the state: one entry per client, no client over its cap, participations adding
     up to the accepted uploads, and exactly the clients of the undecided dispatches pending."""
     p, n = scenario.privacy, scenario.population.clients
     led = s.participation
-    if not p.enabled:
-        return [] if led is None else ["state.participation: a participation ledger, but privacy is not enabled"]
+    if not one_upload_per_client(scenario):
+        return [] if led is None else ["state.participation: a participation ledger, but neither privacy nor the algorithm "
+                                       "needs one"]
     if led is None:
-        return ["state.participation: missing; a private run keeps participations per client"]
+        return ["state.participation: missing; this run keeps participations per client (privacy, or an algorithm "
+                f"that takes one upload per client: server.algorithm = {scenario.server.algorithm!r})"]
     problems: list[str] = []
     spent, pending, first = led.spent, led.pending, led.first_step
     if spent.shape != (n,) or spent.dtype != np.int64 or pending.shape != (n,) or pending.dtype != np.bool_:

@@ -131,13 +131,20 @@ class AlgorithmContext(NamedTuple):
     """What an algorithm's builder gets besides its own config (docs/extending.md §5): the number
     of clients, the proximal ``μ`` of their local problem (``client.mu``), the server learning
     rate (``server.lr``), the aggregator of the accepted uploads (exact or private) and the
-    server rule (``server.rule``)."""
+    server rule (``server.rule``); for algorithms that need them, the task (its gradients, for
+    diagnostics), the clients' ``client.local_steps`` (a schedule's base) and when the run
+    evaluates (``run.eval_every``, ``run.steps``). The last four have defaults, so a context made
+    without them (a test, a user's own composition) still builds every algorithm that does not ask."""
 
     num_clients: int
     mu: float
     lr: float
     aggregator: Aggregator
     rule: ServerRule
+    task: "Task | None" = None
+    local_steps: int | None = None
+    eval_every: int = 0
+    steps: int = 0
 
 
 def build_pseudo_gradient(cfg: None, ctx: AlgorithmContext) -> PseudoGradient:

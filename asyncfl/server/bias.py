@@ -52,6 +52,35 @@ def floor_residuals(W: np.ndarray, M: np.ndarray, tol: float = 1e-10) -> np.ndar
     return out
 
 
+def scale_free_bias(A: np.ndarray, W: np.ndarray, M: np.ndarray) -> tuple[float, float]:
+    """``(min_c ‖c·AW − M‖_F / ‖M‖_F, c*)`` with the closed form ``c* = ⟨AW, M⟩_F / ‖AW‖_F²``
+    (docs/server-rules.md §7): the bias left once the best overall scale is taken out, i.e. the
+    error in the *shape* of the effective weights. ``AW = 0`` gives ``(1, 0)``."""
+    AW = np.asarray(A, dtype=np.float64) @ np.asarray(W, dtype=np.float64)
+    M = np.asarray(M, dtype=np.float64)
+    denom = float(np.sum(AW * AW))
+    c = float(np.sum(AW * M)) / denom if denom > 0 else 0.0
+    return float(np.linalg.norm(c * AW - M) / np.linalg.norm(M)), c
+
+
+def count_matrix(by_staleness: np.ndarray) -> np.ndarray:
+    """``C_{t,s}`` as a T×T lower-triangular array (0-based ``[t-1, s-1]``) from ``by_staleness[t-1, τ]``."""
+    return weight_matrix(by_staleness, 0.0, 1)
+
+
+def sampling_noise(A: np.ndarray, W: np.ndarray, counts: np.ndarray) -> float:
+    """``E‖E Aᵀ1‖² / σ²`` under the model of docs/server-rules.md §7: the sampling errors
+    ``ζ_{t,s}`` are independent, with mean 0 and ``E‖ζ_{t,s}‖² = σ²/C_{t,s}`` (the mean of
+    ``C_{t,s}`` independent uploads of per-client variance ``σ²``), so with ``c = Aᵀ1``
+
+        E‖E Aᵀ1‖² = σ² Σ_t c_t² Σ_{s : C_{t,s} > 0} W[t,s]² / C_{t,s} ."""
+    c = np.asarray(A, dtype=np.float64).sum(axis=0)
+    counts = np.asarray(counts, dtype=np.float64)
+    W = np.asarray(W, dtype=np.float64)
+    per_row = np.divide(W * W, counts, out=np.zeros_like(W), where=counts > 0).sum(axis=1)
+    return float(np.sum(c * c * per_row))
+
+
 def _matrix_from_rows(rows: np.ndarray | Sequence[Sequence[float]], T: int) -> np.ndarray:
     """``A`` from the ``a_t`` actually used: a T×T array, or a list whose ``t``-th entry has
     length ``t`` (row ``t`` of ``A``, zeros right of the diagonal)."""
@@ -105,6 +134,13 @@ def bias_report(
     report["amplification"] = {name: noise_amplification(A, M) for name, (A, _) in cases.items()}
     report["per_row"] = {name: row_bias(A, W, target).tolist() for name, (A, target) in cases.items()}
     report["a_light"] = uv.tolist()
+    scale_free = {name: scale_free_bias(A, W, target) for name, (A, target) in cases.items()}
+    report["scale_free"] = {name: value for name, (value, _) in scale_free.items()}
+    report["best_scale"] = {name: scale for name, (_, scale) in scale_free.items()}
+    counts = count_matrix(by_staleness)
+    # the synchronous reference of each rule: its target weights, every step C fresh uploads
+    report["sampling_noise"] = {name: sampling_noise(A, W, counts) / sampling_noise(target, I, buffer * I)
+                                for name, (A, target) in cases.items()}
     floor = floor_residuals(W, M)
     report["floor"] = float(np.sqrt(np.sum(floor**2)) / np.linalg.norm(M))
     report["per_row"]["floor"] = (floor / np.linalg.norm(M, axis=1)).tolist()

@@ -16,6 +16,7 @@ from asyncfl.server.rules import ServerRule
 
 if TYPE_CHECKING:
     from asyncfl.config.scenario import Scenario
+    from asyncfl.tasks.base import Task
 
 
 def make_rule(scenario: Scenario) -> ServerRule:
@@ -23,8 +24,10 @@ def make_rule(scenario: Scenario) -> ServerRule:
     return scenario.component("rule").builder()(scenario.config_of("rule"))
 
 
-def build_algorithm(scenario: Scenario, num_clients: int, aggregator: Aggregator) -> Algorithm:
+def build_algorithm(scenario: Scenario, num_clients: int, aggregator: Aggregator, task: Task | None = None) -> Algorithm:
     """The algorithm ``server.algorithm`` names, built from its own config and an
-    :class:`AlgorithmContext` (the clients, ``client.mu``, ``server.lr``, ``aggregator``, the rule)."""
-    ctx = AlgorithmContext(num_clients, scenario.client.mu, scenario.server.lr, aggregator, make_rule(scenario))
+    :class:`AlgorithmContext` (the clients, ``client.mu``, ``server.lr``, ``aggregator``, the rule,
+    the task, ``client.local_steps``, ``run.eval_every`` and ``run.steps``)."""
+    ctx = AlgorithmContext(num_clients, scenario.client.mu, scenario.server.lr, aggregator, make_rule(scenario),
+                           task, scenario.client.local_steps, scenario.run.eval_every, scenario.run.steps)
     return scenario.component("algorithm").builder()(scenario.config_of("algorithm"), ctx)

@@ -34,6 +34,8 @@ table is the cohort's uploads and each algorithm is exactly its seed pseudo-code
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
@@ -43,6 +45,7 @@ import torch
 from asyncfl.compute.training import LocalJob
 from asyncfl.server.aggregation import Aggregator, ClientUpdate
 from asyncfl.server.algorithms import Algorithm, AlgorithmContext, ServerStreams, StepInfo
+from asyncfl.server.prox import Regularizer, gradient_mapping
 from asyncfl.server.rules import ServerRule
 
 if TYPE_CHECKING:
@@ -76,6 +79,7 @@ class BaselineState(NamedTuple):
     server: dict[str, torch.Tensor]
     rounds: int
     communications: int
+    diagnostics: tuple = ()  # FedDR: one (step, ‖G_β(θ̄)‖, residual mean, residual max) per evaluation
 
 
 class PersistentClients(Algorithm):
@@ -171,8 +175,13 @@ class PersistentClients(Algorithm):
                 table[k] = self.upload({name: clients[name][k] for name in self.memory})
             theta, server = self.server_step(theta, table.mean(dim=0), server)
             clients = self.broadcast(theta, clients)
-        new_state = BaselineState(clients, table, server, state.rounds + 1, state.communications + int(communicate))
+        new_state = BaselineState(clients, table, server, state.rounds + 1, state.communications + int(communicate),
+                                  state.diagnostics + self.diagnose(step, theta, updates))
         return theta, new_state, StepInfo()
+
+    def diagnose(self, step: int, theta: torch.Tensor, updates: Sequence[ClientUpdate]) -> tuple:
+        """Diagnostics recorded after server step ``step`` (default: none)."""
+        return ()
 
 
 class FedSplit(PersistentClients):
@@ -201,16 +210,70 @@ class FedSplit(PersistentClients):
 
 
 def prox_regularizer(kind: str, reg: float, v: torch.Tensor, step: float) -> torch.Tensor:
-    """``prox_{step·g}(v) = argmin_x g(x) + ‖x − v‖²/(2·step)`` for FedDR's server regulariser:
-    ``none``: ``g = 0`` → ``v``; ``l1``: ``g = reg‖x‖₁`` → soft-threshold at ``step·reg``;
-    ``l2``: ``g = (reg/2)‖x‖²`` → ``v / (1 + step·reg)``."""
-    if kind == "none" or reg == 0.0:
-        return v
-    if kind == "l1":
-        return torch.sign(v) * torch.clamp(v.abs() - step * reg, min=0.0)
-    if kind == "l2":
-        return v / (1.0 + step * reg)
-    raise ValueError(f"unknown regulariser {kind!r}; known: none, l1, l2")
+    """``prox_{step·g}(v) = argmin_x g(x) + ‖x − v‖²/(2·step)`` for the regularisers with one
+    parameter ``reg``: ``none``: ``g = 0`` → ``v``; ``l1``: ``g = reg‖x‖₁`` → soft-threshold at
+    ``step·reg``; ``l2``: ``g = (reg/2)‖x‖²`` → ``v / (1 + step·reg)``
+    (:class:`~asyncfl.server.prox.Regularizer` has every kind)."""
+    if kind not in ("none", "l1", "l2"):
+        raise ValueError(f"unknown regulariser {kind!r}; known: none, l1, l2")
+    return Regularizer(kind, reg).prox(v, step)
+
+
+def full_gradient(task: Task, theta: torch.Tensor) -> torch.Tensor:
+    """``∇f(θ)`` of ``f = (1/N) Σ_k f_k`` on every client's whole data set (autograd)."""
+    leaf = theta.detach().clone().requires_grad_()
+    with torch.enable_grad():
+        total = sum(task.batch_objective(leaf, k, c.x, c.y) for k, c in enumerate(task.clients))
+        (grad,) = torch.autograd.grad(total / task.num_clients, leaf)
+    return grad.detach()
+
+
+def local_residual(task: Task, k: int, x: torch.Tensor, centre: torch.Tensor, mu: float) -> float:
+    """``‖∇f_k(x) + μ(x − centre)‖₂``: how far ``x`` is from solving the client's prox problem
+    ``min f_k + (μ/2)‖· − centre‖²`` (0 exactly at ``prox_{f_k,μ}(centre)``; docs/baselines.md §4.1)."""
+    leaf = x.detach().clone().requires_grad_()
+    data = task.clients[k]
+    with torch.enable_grad():
+        (grad,) = torch.autograd.grad(task.batch_objective(leaf, k, data.x, data.y), leaf)
+    return float(torch.linalg.vector_norm(grad + mu * (x - centre)))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """FedDR's inexactness schedule (docs/baselines.md §4.2): the local steps of a job dispatched
+    in server step ``t``, from ``base`` = ``client.local_steps``: ``fixed`` — ``base``;
+    ``linear`` — ``base + ⌊growth·(t−1)⌋``; ``geometric`` — ``⌈base · growth^(t−1)⌉``; both at
+    least 1 and capped at ``max_steps``."""
+
+    kind: str
+    base: int
+    growth: float = 0.0
+    max_steps: int = 1000
+
+    def local_steps(self, t: int) -> int | None:
+        """The job's ``local_steps`` (None for ``fixed``: the ``[client]`` section decides)."""
+        if self.kind == "fixed":
+            return None
+        if self.kind == "linear":
+            n = self.base + math.floor(self.growth * (t - 1))
+        elif self.kind == "geometric":
+            n = math.ceil(self.base * self.growth ** min(t - 1, 10_000))
+        else:
+            raise ValueError(f"unknown schedule {self.kind!r}; known: fixed, linear, geometric")
+        return int(min(max(n, 1), self.max_steps))
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """What FedDR's diagnostics need (docs/baselines.md §4.1): the task (for ``∇f`` and ``∇f_k``)
+    and when to record (every ``eval_every`` steps and the last step ``steps``)."""
+
+    task: Task
+    eval_every: int
+    steps: int
+
+    def due(self, step: int) -> bool:
+        return step == self.steps or (self.eval_every > 0 and step % self.eval_every == 0)
 
 
 class FedDR(PersistentClients):
@@ -234,12 +297,44 @@ class FedDR(PersistentClients):
 
     memory = ("omega", "x")
 
-    def __init__(self, num_clients: int, mu: float, alpha: float, regularizer: str = "none", reg: float = 0.0) -> None:
+    def __init__(self, num_clients: int, mu: float, alpha: float, regularizer: str | Regularizer = "none",
+                 reg: float = 0.0, *, schedule: Schedule | None = None, diagnostics: Diagnostics | None = None) -> None:
         super().__init__(num_clients, mu)
         if not 0.0 < alpha < 2.0:
             raise ValueError(f"FedDR needs α in (0, 2), got {alpha}")
-        self.alpha, self.regularizer, self.reg = float(alpha), regularizer, float(reg)
-        prox_regularizer(regularizer, 1.0, torch.zeros(1), 1.0)  # unknown names fail here
+        self.g = regularizer if isinstance(regularizer, Regularizer) else Regularizer(regularizer, float(reg))
+        self.alpha, self.regularizer, self.reg = float(alpha), self.g.kind, self.g.reg
+        self.schedule, self.diagnostics = schedule, diagnostics
+
+    @property
+    def beta(self) -> float:
+        """The server's prox step ``β = Ns/(N + 1)``, also the gradient mapping's (§4.1)."""
+        return self.num_clients * self.s / (self.num_clients + 1)
+
+    def make_job(self, client: int, theta: torch.Tensor, seed: int, state: BaselineState) -> ClientJob:
+        job = super().make_job(client, theta, seed, state)
+        steps = None if self.schedule is None else self.schedule.local_steps(state.rounds + 1)
+        return job if steps is None else dataclasses.replace(job, local_steps=steps)
+
+    def diagnose(self, step: int, theta: torch.Tensor, updates: Sequence[ClientUpdate]) -> tuple:
+        """At an evaluation step (``step`` a multiple of ``run.eval_every``, or the last):
+        ``(step, ‖G_β(θ̄)‖, mean and max of the step's client prox residuals)``."""
+        d = self.diagnostics
+        if d is None or not d.due(step):
+            return ()
+        mapping = gradient_mapping(theta, full_gradient(d.task, theta), self.g, self.beta)
+        residuals = [local_residual(d.task, u.client, u.message[1], u.message[0], self.mu) for u in updates]
+        return ((step, float(torch.linalg.vector_norm(mapping)), float(np.mean(residuals)), float(np.max(residuals))),)
+
+    def summary(self, state: BaselineState) -> dict[str, Any]:
+        """The baseline section, with FedDR's diagnostics when recorded (docs/baselines.md §4.1)."""
+        out = super().summary(state)
+        if state.diagnostics:
+            out["baseline"]["diagnostics"] = {
+                "columns": ["step", "gradient_mapping", "prox_residual_mean", "prox_residual_max"],
+                "rows": [list(row) for row in state.diagnostics],
+            }
+        return out
 
     def init_server(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"omega": theta.clone()}
@@ -258,7 +353,7 @@ class FedDR(PersistentClients):
         K = self.num_clients
         omega = server["omega"] + self.alpha * (theta - server["omega"])
         centre = (K * mean_upload + omega) / (K + 1)
-        return prox_regularizer(self.regularizer, self.reg, centre, K * self.s / (K + 1)), {"omega": omega}
+        return self.g.prox(centre, self.beta), {"omega": omega}
 
 
 class FedPD(PersistentClients):
@@ -325,9 +420,19 @@ def build_fedsplit(cfg: None, ctx: AlgorithmContext) -> FedSplit:
 
 
 def build_feddr(cfg: Any, ctx: AlgorithmContext) -> FedDR:
-    """FedDR with its ``alpha`` and the server regulariser ``regularizer`` / ``reg``
-    (:class:`asyncfl.config.server.FedDRConfig`)."""
-    return FedDR(ctx.num_clients, ctx.mu, cfg.alpha, cfg.regularizer, cfg.reg)
+    """FedDR from its own config (:class:`asyncfl.config.server.FedDRConfig`): ``alpha``, the
+    regulariser ``regularizer`` with its parameters, ``feddr_schedule`` (from the context's
+    ``local_steps``) and ``feddr_diagnostics`` (from the context's task and evaluation steps). On
+    either protocol: on FedBuff it is asynchronous FedDR (docs/async-optimisers.md §5)."""
+    schedule = (None if cfg.feddr_schedule == "fixed" or ctx.local_steps is None else
+                Schedule(cfg.feddr_schedule, ctx.local_steps, cfg.feddr_growth, cfg.feddr_max_local_steps))
+    diagnostics = None
+    if cfg.feddr_diagnostics:
+        if ctx.task is None:
+            raise ValueError("FedDR's diagnostics need the task (AlgorithmContext.task)")
+        diagnostics = Diagnostics(ctx.task, ctx.eval_every, ctx.steps)
+    return FedDR(ctx.num_clients, ctx.mu, cfg.alpha, Regularizer.from_config(cfg), schedule=schedule,
+                 diagnostics=diagnostics)
 
 
 def build_fedpd(cfg: Any, ctx: AlgorithmContext) -> FedPD:

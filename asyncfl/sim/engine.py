@@ -52,7 +52,7 @@ from asyncfl.compute.compose import make_executor
 from asyncfl.compute.executors import Executor
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.memory import check_memory
-from asyncfl.config.scenario import Scenario
+from asyncfl.config.scenario import Scenario, one_upload_per_client
 from asyncfl.errors import (
     CheckpointError, NumericalFault, ParticipationCapReached, RunInterrupted, SimulationStalled, TraceError,
 )
@@ -127,7 +127,7 @@ def default_algorithm(scenario: Scenario, task: Task, aggregator: Aggregator | N
     """The scenario's algorithm (``server.algorithm``) over ``aggregator`` (default: exact)."""
     if aggregator is None:
         aggregator = ExactAggregator(scenario.server.staleness_exponent, num_staleness(scenario))
-    return build_algorithm(scenario, task.num_clients, aggregator)
+    return build_algorithm(scenario, task.num_clients, aggregator, task)
 
 
 class Simulation:
@@ -159,9 +159,12 @@ class Simulation:
         self.streams = rngmod.make_streams(scenario.seed)
         self._server_streams = ServerStreams(noise=self.streams["noise"], algorithm=self.streams["algorithm"])
         self.fleet = fleet_factory(scenario, self.streams) if fleet_factory else build_fleet(scenario, self.streams, self.task)
-        # private runs: one upload per client per step, and the participation cap (docs/privacy.md §6)
+        # private runs: one upload per client per step, and the participation cap (docs/privacy.md §6);
+        # stale protocols running an algorithm with client memory: one upload per client
+        # (AlgorithmTraits.one_upload_per_client, docs/async-optimisers.md §5)
         self.participation = (
-            Participation(scenario.population.clients, self.privacy_setup.cap) if self.privacy_setup is not None else None
+            Participation(scenario.population.clients, self.privacy_setup.cap) if self.privacy_setup is not None
+            else Participation(scenario.population.clients, None) if one_upload_per_client(scenario) else None
         )
         self.fleet.participation = self.participation
         self._hook = scenario.component("hook").builder()(scenario.config_of("hook"))  # what clients do to uploads
