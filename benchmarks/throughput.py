@@ -29,6 +29,7 @@ import torch
 
 from asyncfl.config import scenario as sc
 from asyncfl.sim.engine import Simulation
+from benchmarks.pfl_fedavg import run_fedavg
 
 CLIENTS, ROUNDS, COHORT = 1000, 50, 50
 TASK = {"name": "gaussian-mlp", "dim": 32, "classes": 10, "samples_per_client": 50, "hidden": 64}
@@ -85,71 +86,17 @@ def run_asyncfl(protocol: str, executor: str, workers: int, min_seconds: float =
 
 def run_pfl() -> tuple[float, float] | None:
     """The sync workload on pfl's SimulatedBackend + FederatedAveraging (same data, model, lr)."""
-    try:
-        from pfl.aggregate.simulate import SimulatedBackend
-        from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
-        from pfl.callback.base import TrainingProcessCallback
-        from pfl.data.dataset import Dataset
-        from pfl.data.federated_dataset import FederatedDataset
-        from pfl.data.sampling import get_user_sampler
-        from pfl.hyperparam import NNEvalHyperParams, NNTrainHyperParams
-        from pfl.metrics import Metrics, Weighted
-        from pfl.model.pytorch import PyTorchModel
-    except ImportError:
-        return None
-    from asyncfl.tasks.common import mlp, task_streams
+    from asyncfl.tasks.common import mlp, seeded_model, task_streams
     from asyncfl.tasks.gaussian_mlp import gaussian_mlp_data
 
     rng, torch_seed = task_streams(0)
     clients, _, _ = gaussian_mlp_data(CLIENTS, TASK["dim"], TASK["classes"], TASK["samples_per_client"], rng)
-
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = mlp([TASK["dim"], TASK["hidden"], TASK["classes"]])
-
-        def forward(self, x):
-            return self.net(x)
-
-        def loss(self, x, y, eval=False):
-            self.eval() if eval else self.train()
-            return torch.nn.functional.cross_entropy(self(x), y)
-
-        @torch.no_grad()
-        def metrics(self, x, y, eval=False):
-            loss = torch.nn.functional.cross_entropy(self(x), y, reduction="sum").item()
-            return {"loss": Weighted(loss, len(x))}
-
-    torch.manual_seed(torch_seed)
-    net = Net()
+    net = seeded_model(lambda: mlp([TASK["dim"], TASK["hidden"], TASK["classes"]]), torch_seed, torch.float32)
     data = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in clients]
-    dataset = FederatedDataset(lambda uid: Dataset(raw_data=list(data[uid]), user_id=uid),
-                               get_user_sampler("random", list(range(CLIENTS))))
-    backend = SimulatedBackend(training_data=dataset, val_data=None, postprocessors=[])
-    model = PyTorchModel(net, local_optimizer_create=torch.optim.SGD,
-                         central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0))
-    params = NNAlgorithmParams(central_num_iterations=ROUNDS, evaluation_frequency=10**9,
-                               train_cohort_size=COHORT, val_cohort_size=0)
-    train = NNTrainHyperParams(local_learning_rate=0.1, local_num_epochs=1, local_batch_size=10)
-    marks: list[float] = []
-
-    class Clock(TrainingProcessCallback):
-        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
-            marks.append(time.perf_counter())
-            return False, Metrics()
-
-    # pfl drives its loop with asyncio.get_event_loop(), which fails once an asyncio.run()
-    # (an asyncfl measurement) has ended: give it a loop of its own
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    start = time.perf_counter()
-    FederatedAveraging().run(algorithm_params=params, backend=backend, model=model, model_train_params=train,
-                             model_eval_params=NNEvalHyperParams(local_batch_size=None), callbacks=[Clock()],
-                             send_metrics_to_platform=False)
-    end = time.perf_counter()
-    asyncio.set_event_loop(None)
-    loop.close()
-    return ROUNDS * COHORT / (end - start), (ROUNDS - 1) * COHORT / max(end - marks[0], 1e-9)
+    t = run_fedavg(net, data, COHORT, ROUNDS, lr=0.1, batch=10, epochs=1)
+    if t is None:
+        return None
+    return ROUNDS * COHORT / (t.end - t.start), (ROUNDS - 1) * COHORT / max(t.end - t.first, 1e-9)
 
 
 def best_of(runs: list[tuple[float, float] | None]) -> tuple[float, float] | None:

@@ -33,6 +33,7 @@ TARGET = re.compile(r"^(asyncfl(?:\.\w+)+):[\w.]+$")
 LAYERS: list[set[str]] = [
     {"errors", "registry", "rng", "records", "tensor_checks", "__init__"},
     {"config", "components"},
+    {"datasets"},
     {"tasks", "compute"},
     {"server", "clients", "privacy"},
     {"sim"},

@@ -58,3 +58,32 @@ def test_parallel_benchmark_profiles_a_batched_run_and_times_a_sweep(tmp_path):
     assert heavy.client.epochs == 5 and heavy.run.batched
     timing = parallel.sweep_timing("workers1", 2, parallel.sc.validate(parallel.TINY))
     assert timing.runs == 2 and 0 < timing.first <= timing.all_back and timing.rate > 0
+
+
+def test_femnist_throughput_benchmark_times_its_three_ways(monkeypatch):
+    from benchmarks import femnist_throughput as ft
+
+    from asyncfl.config.scenario import ClientConfig
+
+    monkeypatch.setattr(ft, "client_config", lambda: ClientConfig(lr=0.05, batch_size=5, local_steps=1))
+    task = ft.cohort_task(2)
+    assert task.num_clients == 2 and task.dim == 6_603_710  # LEAF's CNN on the twin
+    assert min(ft.time_batched(task)) > 0 and min(ft.time_batched(task, vmap=True)) > 0
+    assert task.batched_training is False  # restored after the forced vmap
+    assert sum(ft.groups(task).values()) == 2
+    shares = ft.profile_batched(task, top=3)
+    assert len(shares) == 3 and 0 < sum(s for _, s in shares) <= 1
+
+
+def test_datasets_pooled_benchmark_learns_the_twin():
+    import argparse
+
+    from benchmarks.datasets_pooled import PUBLISHED, workloads
+
+    from asyncfl.tasks import build_task
+    from asyncfl.tasks.pooled import train_pooled
+
+    cfg, clients, lr, batch, shuffled = workloads(argparse.Namespace(users=20, cifar10=None))["twin mlp"]
+    final, best = train_pooled(build_task(cfg, clients, 0), steps=60, lr=lr, batch=batch, eval_every=30, shuffle_seed=0)
+    assert 0.05 < final <= best <= 1.0  # above chance (1/62) after 60 steps
+    assert PUBLISHED["mnist1d cnn"] == 0.94

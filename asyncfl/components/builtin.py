@@ -17,6 +17,7 @@ from asyncfl.components.traits import (
     SamplingTraits, SolverTraits, TaskTraits,
 )
 from asyncfl.config import checks
+from asyncfl.config import datasets as ds
 from asyncfl.config import latency as lat
 from asyncfl.config import tasks as tk
 from asyncfl.config.client import AdamSolverConfig, ClipHookConfig, LinearisedSolverConfig, SGDSolverConfig, TopKHookConfig
@@ -76,6 +77,20 @@ COMPONENTS: tuple[Component, ...] = (
     Component("task", "gaussian-mlp", "asyncfl.tasks.gaussian_mlp:build_gaussian_mlp", tk.GaussianMLPTask,
               summary="Gaussian inputs, one-hidden-layer MLP"),
     _task("mnist1d", "mnist1d", "the canonical MNIST-1D (mnist1d package), Dirichlet non-IID", tk.MNIST1DTask),
+    # read from the user's folder task.path (asyncfl.datasets; docs/tasks.md §13–17), and the offline twin (§18)
+    Component("task", "femnist", "asyncfl.tasks.leaf:build_femnist", ds.FEMNISTTask,
+              summary="LEAF FEMNIST from task.path, one client per writer"),
+    Component("task", "shakespeare", "asyncfl.tasks.leaf:build_shakespeare", ds.ShakespeareTask,
+              summary="LEAF Shakespeare from task.path, one client per speaker"),
+    Component("task", "cifar10", "asyncfl.tasks.cifar:build_cifar10", ds.CIFAR10Task,
+              summary="CIFAR-10 python pickles from task.path, Dirichlet or shards"),
+    Component("task", "cifar100", "asyncfl.tasks.cifar:build_cifar100", ds.CIFAR100Task,
+              summary="CIFAR-100 python pickles from task.path, Dirichlet or shards"),
+    _task("mnist", "mnist", "MNIST / EMNIST IDX files from task.path, Dirichlet or shards", ds.MNISTTask),
+    Component("task", "tff-emnist", "asyncfl.tasks.tff_emnist:build_tff_emnist", ds.TFFEMNISTTask,
+              summary="TensorFlow Federated's EMNIST HDF5 from task.path (h5py), one client per writer"),
+    Component("task", "femnist-twin", "asyncfl.tasks.femnist_twin:build_femnist_twin", ds.FEMNISTTwinTask,
+              summary="synthetic FEMNIST-shaped writers, generated offline"),
 
     # -- latency models (docs/protocol.md §4) ---------------------------------------------------------
     _draw("constant", "value", lat.ConstantLatency),
