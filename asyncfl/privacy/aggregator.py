@@ -26,7 +26,7 @@ import torch
 
 from asyncfl.config.registries import SAMPLINGS
 from asyncfl.errors import ScenarioError
-from asyncfl.privacy import accounting, mechanism
+from asyncfl.privacy import accounting, mechanism, per_client
 from asyncfl.privacy.accountants import Releases
 from asyncfl.privacy.sampling import RunShape, SamplingAssumption
 from asyncfl.server.aggregation import Aggregate, ClientUpdate, staleness_weight, weight_row
@@ -242,7 +242,9 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
     ``max_participations`` k); the noise cohort (``noise_cohort`` M, ``buffer`` C,
     ``noise_multiplier_of_run`` σC/M, ``epsilon_of``: whose ε it is); and, given the participations
     per client, ``participations_max``, ``participations_mean`` (over all N clients),
-    ``clients_participated`` and ``clients_at_cap`` (None without a cap)."""
+    ``clients_participated`` and ``clients_at_cap`` (None without a cap), and each client's realised
+    ε composed without amplification (:func:`asyncfl.privacy.per_client.client_summary`:
+    ``epsilon_client_max``, its quantiles, ``mu_client_max``; docs/privacy.md §11)."""
     eps = accounting.epsilon_of(setup.releases, setup.sigma, setup.delta, setup.accountant)
     shape = setup.shape
     report = sampling_report(setup.sampling, shape)
@@ -275,6 +277,7 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
             participations_mean=float(participations.mean()) if participations.size else 0.0,
             clients_participated=int(np.count_nonzero(participations)),
             clients_at_cap=None if cap is None else int(np.count_nonzero(participations >= cap)),
+            **per_client.client_summary(participations, setup.sigma, setup.delta, setup.accountant),
         )
     return out
 
@@ -283,11 +286,15 @@ def epsilon_curve(setup: PrivacySetup, points: Sequence[tuple[int, int]]) -> lis
     """``privacy.csv`` (docs/run-directory.md): for each ``(t, m_t)`` — ``t`` server steps done,
     ``m_t`` the most steps any one client has contributed to by then — the releases so far
     (``compositions``: ``t`` under Poisson, ``m_t`` under the cap) and the ε spent after them at
-    δ, by the run's accountant (0 before anything is released)."""
+    δ, by the run's accountant (0 before anything is released), and ``epsilon_client_max``: the
+    worst-off client's ε, its ``m_t`` contributions composed without amplification (equal to
+    ``epsilon`` under the cap; docs/privacy.md §11)."""
     rows = []
     for steps, most in points:
         releases = setup.assumption.so_far(setup.shape, steps, most)
         eps = 0.0 if releases is None else accounting.epsilon_of(releases, setup.sigma, setup.delta, setup.accountant)
+        worst = 0.0 if most < 1 else accounting.epsilon_of(Releases(int(most)), setup.sigma, setup.delta, setup.accountant)
         rows.append({"step": int(steps), "participations_max": int(most),
-                     "compositions": 0 if releases is None else releases.count, "epsilon": eps, "delta": setup.delta})
+                     "compositions": 0 if releases is None else releases.count, "epsilon": eps,
+                     "epsilon_client_max": worst, "delta": setup.delta})
     return rows
