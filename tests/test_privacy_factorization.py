@@ -163,3 +163,14 @@ def test_sigma_is_one_gaussian_release():
     sigma = sigma_for_strategy(2.0, 1e-6, "pld")
     eps = pld.PLDAccountant(value_discretization_interval=1e-4).compose(dp_accounting.GaussianDpEvent(sigma)).get_epsilon(1e-6)
     assert eps == pytest.approx(2.0, rel=2e-3) and eps <= 2.0 * (1 + 1e-4)
+
+
+def test_blt_optimum_matches_jax_privacys_at_t_2000():
+    """A second implementation: jax-privacy 2.0.0's ``buffered_toeplitz.optimize(n=2000,
+    error='mean')`` (single participation) returned a 3-buffer BLT whose prefix-sum RMSE, by
+    :func:`workload_error`, is 3.27366339302; with ``min_sep=500, max_participations=4`` a
+    2-buffer BLT of RMSE 7.11339005294 (analysis/privacy_factorization_deps.py, run in a
+    separate environment). Ours, with the same number of buffers, reaches the same optima."""
+    a = prefix_workload(2000)
+    assert workload_error(optimize_blt(a, 3), a, 1, 1)["rmse"] == pytest.approx(3.27366339302, rel=1e-8)
+    assert workload_error(optimize_blt(a, 2, k=4, b=500), a, 4, 500)["rmse"] == pytest.approx(7.11339005294, rel=1e-8)

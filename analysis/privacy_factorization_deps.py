@@ -1,0 +1,76 @@
+"""jax-privacy and pfl-research as dependencies for correlated noise, against asyncfl's own
+torch implementation (asyncfl/privacy/factorization.py; docs/privacy.md §12, issue 26).
+
+Not run by the test suite (neither package is a dependency). Each candidate is installed in a
+fresh virtual environment of its own, never in the project's::
+
+    python3 -m venv /tmp/jaxp && /tmp/jaxp/bin/pip install jax-privacy     # 2.0.0 (+ jax, jaxlib)
+    python3 -m venv /tmp/pfl  && /tmp/pfl/bin/pip install pfl               # 0.6.0
+    /tmp/jaxp/bin/python analysis/privacy_factorization_deps.py jax OUT.json
+    /tmp/pfl/bin/python  analysis/privacy_factorization_deps.py pfl
+    .venv/bin/python     analysis/privacy_factorization_deps.py compare OUT.json
+
+``jax`` times the import and ``buffered_toeplitz.optimize`` for T = 2000 (mean error; single
+participation, and k = 4 at separation 500) and writes the Toeplitz columns of the strategies it
+returns; ``compare`` evaluates them with asyncfl's :func:`workload_error` and times asyncfl's
+optimiser at the same settings; ``pfl`` tries pfl's ``FTRLMatrixFactorizer``. The numbers of one
+run are in analysis/results/privacy_factorization/deps.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def run_jax(out: str) -> None:
+    t = time.perf_counter()
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from jax_privacy.matrix_factorization import buffered_toeplitz as bt
+
+    result: dict = {"import_s": time.perf_counter() - t}
+    for k, b in [(1, 1), (4, 500)]:
+        t = time.perf_counter()
+        blt = bt.optimize(n=2000, min_sep=b, max_participations=k, error="mean", max_buffers=6)
+        result[f"k{k}_b{b}"] = {"optimize_s": time.perf_counter() - t, "coefs": np.asarray(blt.toeplitz_coefs(2000)).tolist()}
+    json.dump(result, open(out, "w"))
+    print({key: v if not isinstance(v, dict) else v["optimize_s"] for key, v in result.items()})
+
+
+def run_pfl() -> None:
+    t = time.perf_counter()
+    from pfl.privacy.ftrl_mechanism import FTRLMatrixFactorizer
+
+    print({"import_s": time.perf_counter() - t})
+    try:
+        FTRLMatrixFactorizer(np.tril(np.ones(100)), np.ones((100, 100))).optimize()
+    except Exception as exc:  # needs a TensorFlow or PyTorch backend set up through pfl
+        print("FTRLMatrixFactorizer:", type(exc).__name__, str(exc)[:200])
+
+
+def compare(path: str) -> None:
+    t = time.perf_counter()
+    from asyncfl.privacy import factorization as F
+
+    print("asyncfl import_s", time.perf_counter() - t)
+    data = json.load(open(path))
+    a = F.prefix_workload(2000)
+    for k, b in [(1, 1), (4, 500)]:
+        c = np.array(data[f"k{k}_b{b}"]["coefs"])
+        theirs = F.workload_error(F.Strategy("toeplitz", 2000, c / c[0]), a, k, b)["rmse"]
+        print(f"k={k} b={b}: jax-privacy RMSE {theirs:.11g} in {data[f'k{k}_b{b}']['optimize_s']:.1f} s")
+        for n in (2, 3, 4, 5, 6):
+            t = time.perf_counter()
+            s = F.optimize_blt(a, n, k=k, b=b)
+            print(f"  asyncfl BLT, {n} buffers: RMSE {F.workload_error(s, a, k, b)['rmse']:.11g} in {time.perf_counter() - t:.2f} s")
+        print(f"  square root {F.workload_error(F.sqrt_strategy(2000), a, k, b)['rmse']:.5g}, "
+              f"i.i.d. {F.workload_error(F.identity_strategy(2000), a, k, b)['rmse']:.5g}")
+
+
+if __name__ == "__main__":
+    {"jax": lambda: run_jax(sys.argv[2]), "pfl": run_pfl, "compare": lambda: compare(sys.argv[2])}[sys.argv[1]]()
