@@ -24,7 +24,7 @@ from scipy import stats
 from asyncfl.privacy.factorization import (
     CorrelatedNoise, banded_strategy, blt_strategy, identity_strategy, inverse_column, momentum_trajectory_workload,
     momentum_workload, optimize_banded, optimize_blt, prefix_workload, sensitivity_squared, sigma_for_strategy,
-    sqrt_strategy, toeplitz, workload_error,
+    sqrt_strategy, strategy_sensitivity_squared, toeplitz, workload_error,
 )
 
 
@@ -56,7 +56,9 @@ def test_sensitivity_is_the_brute_force_maximum_over_admissible_patterns(T, k, b
         strategies.append(banded_strategy(np.concatenate([[1.0], rng.normal(size=bands - 1)]), T))
     for s in strategies:
         C = s.matrix()
-        assert sensitivity_squared(C, k, b) == pytest.approx(brute_force_sensitivity_squared(C, k, b), rel=1e-12), s.kind
+        want = brute_force_sensitivity_squared(C, k, b)
+        assert sensitivity_squared(C, k, b) == pytest.approx(want, rel=1e-12), s.kind
+        assert strategy_sensitivity_squared(s, k, b) == pytest.approx(want, rel=1e-12), s.kind
 
 
 def test_single_participation_is_the_largest_column_norm_and_unsupported_strategies_are_refused():

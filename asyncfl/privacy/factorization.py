@@ -205,16 +205,19 @@ def sensitivity_squared(C: np.ndarray, k: int, b: int) -> float:
     _check_schema(k, b)
     C = np.asarray(C, dtype=np.float64)
     T = C.shape[0]
-    support = C != 0
-    overlap = support.T.astype(np.int64) @ support.astype(np.int64)
-    far = np.abs(np.subtract.outer(np.arange(T), np.arange(T))) >= b
-    if k == 1 or not np.any(overlap[far]):
+    if np.any(np.triu(C, 1)):
+        raise ValueError("sensitivity: the strategy C must be lower-triangular")
+    # column t is supported on rows t … last[t]; columns ≥ b apart are disjoint if last[t] < t + b
+    nonzero = C != 0
+    last = np.where(nonzero.any(axis=0), T - 1 - np.argmax(nonzero[::-1], axis=0), -1)
+    if k == 1 or np.all(last < np.arange(T) + b):
         return _best_separated_sum(np.einsum("ij,ij->j", C, C), k, b)
     col = C[:, 0]
-    if np.allclose(C, toeplitz(col, T), rtol=0.0, atol=0.0) and np.all(col >= 0) and np.all(np.diff(col) <= 0):
-        pts = np.arange(_admissible_count(T, k, b)) * b
-        sub = C[:, pts]
-        return float((sub.sum(axis=1) ** 2).sum())
+    if np.array_equal(C, toeplitz(col, T)) and np.all(col >= 0) and np.all(np.diff(col) <= 0):
+        summed = np.zeros(T)
+        for q in np.arange(_admissible_count(T, k, b)) * b:  # Σ_{p∈π} C[:, p], π = {0, b, 2b, …}
+            summed[q:] += col[: T - q]
+        return float((summed**2).sum())
     raise ValueError("sensitivity: no exact method for this strategy and schema (need columns b apart with "
                      "disjoint supports, or a Toeplitz strategy with a non-negative, non-increasing column)")
 
@@ -230,9 +233,27 @@ def _best_separated_sum(values: np.ndarray, k: int, b: int) -> float:
     return float(best[k, 0])
 
 
+def strategy_sensitivity_squared(strategy: Strategy, k: int, b: int) -> float:
+    """:func:`sensitivity_squared` of a Toeplitz strategy from its column alone (``O(kT)``, no
+    ``T × T`` matrix): ``‖C[:, t]‖² = Σ_{j < T−t} c_j²``; the same two exact cases."""
+    _check_schema(k, b)
+    c, T = strategy.column, strategy.T
+    nz = np.nonzero(c)[0]
+    bands = int(nz.max()) + 1
+    if k == 1 or bands <= b:
+        tail = np.cumsum(c**2)  # ‖C[:, t]‖² = tail[T − 1 − t]
+        return _best_separated_sum(tail[::-1].copy(), k, b)
+    if np.all(c >= 0) and np.all(np.diff(c) <= 0):
+        summed = np.zeros(T)
+        for q in np.arange(_admissible_count(T, k, b)) * b:
+            summed[q:] += c[: T - q]
+        return float((summed**2).sum())
+    return sensitivity_squared(strategy.matrix(), k, b)  # raises: no exact method
+
+
 def strategy_sensitivity(strategy: Strategy, k: int, b: int) -> float:
-    """``sens(C)`` of a strategy under (k, b) (:func:`sensitivity_squared`, square-rooted)."""
-    return math.sqrt(sensitivity_squared(strategy.matrix(), k, b))
+    """``sens(C)`` of a strategy under (k, b) (:func:`strategy_sensitivity_squared`, square-rooted)."""
+    return math.sqrt(strategy_sensitivity_squared(strategy, k, b))
 
 
 # ------------------------------------------------------------------------------ error
@@ -243,7 +264,7 @@ def workload_error(strategy: Strategy, workload: np.ndarray, k: int, b: int) -> 
     T = strategy.T
     a = np.asarray(workload, dtype=np.float64)[:T]
     v = np.convolve(a, inverse_column(strategy.column, T))[:T]  # first column of A C⁻¹
-    sens2 = sensitivity_squared(strategy.matrix(), k, b)
+    sens2 = strategy_sensitivity_squared(strategy, k, b)
     frob2 = float(np.sum((T - np.arange(T)) * v**2))
     return {"loss": sens2 * frob2, "rmse": math.sqrt(sens2 * frob2 / T),
             "max_error": math.sqrt(sens2 * float(np.sum(v**2))), "sensitivity": math.sqrt(sens2)}
