@@ -8,11 +8,11 @@ fresh virtual environment of its own, never in the project's::
     python3 -m venv /tmp/pfl  && /tmp/pfl/bin/pip install pfl               # 0.6.0
     /tmp/jaxp/bin/python analysis/privacy_factorization_deps.py jax OUT.json
     /tmp/pfl/bin/python  analysis/privacy_factorization_deps.py pfl
-    .venv/bin/python     analysis/privacy_factorization_deps.py compare OUT.json
+    PYTHONPATH=. .venv/bin/python analysis/privacy_factorization_compare.py OUT.json
 
 ``jax`` times the import and ``buffered_toeplitz.optimize`` for T = 2000 (mean error; single
 participation, and k = 4 at separation 500) and writes the Toeplitz columns of the strategies it
-returns; ``compare`` evaluates them with asyncfl's :func:`workload_error` and times asyncfl's
+returns; ``privacy_factorization_compare.py`` (the project's venv) evaluates them with asyncfl's :func:`workload_error` and times asyncfl's
 optimiser at the same settings; ``pfl`` tries pfl's ``FTRLMatrixFactorizer``. The numbers of one
 run are in analysis/results/privacy_factorization/deps.md.
 """
@@ -53,24 +53,5 @@ def run_pfl() -> None:
         print("FTRLMatrixFactorizer:", type(exc).__name__, str(exc)[:200])
 
 
-def compare(path: str) -> None:
-    t = time.perf_counter()
-    from asyncfl.privacy import factorization as F
-
-    print("asyncfl import_s", time.perf_counter() - t)
-    data = json.load(open(path))
-    a = F.prefix_workload(2000)
-    for k, b in [(1, 1), (4, 500)]:
-        c = np.array(data[f"k{k}_b{b}"]["coefs"])
-        theirs = F.workload_error(F.Strategy("toeplitz", 2000, c / c[0]), a, k, b)["rmse"]
-        print(f"k={k} b={b}: jax-privacy RMSE {theirs:.11g} in {data[f'k{k}_b{b}']['optimize_s']:.1f} s")
-        for n in (2, 3, 4, 5, 6):
-            t = time.perf_counter()
-            s = F.optimize_blt(a, n, k=k, b=b)
-            print(f"  asyncfl BLT, {n} buffers: RMSE {F.workload_error(s, a, k, b)['rmse']:.11g} in {time.perf_counter() - t:.2f} s")
-        print(f"  square root {F.workload_error(F.sqrt_strategy(2000), a, k, b)['rmse']:.5g}, "
-              f"i.i.d. {F.workload_error(F.identity_strategy(2000), a, k, b)['rmse']:.5g}")
-
-
 if __name__ == "__main__":
-    {"jax": lambda: run_jax(sys.argv[2]), "pfl": run_pfl, "compare": lambda: compare(sys.argv[2])}[sys.argv[1]]()
+    {"jax": lambda: run_jax(sys.argv[2]), "pfl": run_pfl}[sys.argv[1]]()
