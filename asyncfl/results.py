@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+import zipfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -64,7 +65,7 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RunDirError(f"{path}: missing") from None
-    except (ValueError, UnicodeDecodeError, OSError) as exc:
+    except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
         raise RunDirError(f"{path}: not valid JSON ({exc.__class__.__name__})") from None
 
 
@@ -102,11 +103,23 @@ def _typed(frame: "pd.DataFrame", dtypes: dict[str, str], path: Path) -> "pd.Dat
 
 
 def _read_table(path: Path, dtypes: dict[str, str]) -> "pd.DataFrame":
-    pd = _pandas()
     if not path.is_file():
         raise RunDirError(f"{path}: missing")
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame = _read_csv(path, dtype=str, keep_default_na=False)
+    missing = [c for c in dtypes if c not in frame.columns and c in ("step",)]
+    if missing:
+        raise RunDirError(f"{path}: no column {', '.join(missing)}; not a table of a run directory")
     return _typed(frame, dtypes, path)
+
+
+def _read_csv(path: Path, **kw: Any) -> "pd.DataFrame":
+    """``pandas.read_csv`` of a results file; an empty, binary, non-UTF-8 or malformed file is a
+    RunDirError naming it."""
+    pd = _pandas()
+    try:
+        return pd.read_csv(path, encoding="utf-8", **kw)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:  # EmptyDataError, UnicodeDecodeError are ValueErrors
+        raise RunDirError(f"{path}: cannot be read as a CSV table ({exc.__class__.__name__}: {exc})") from None
 
 
 @dataclass
@@ -128,19 +141,35 @@ class Run:
     def scenario(self) -> scenario_mod.Scenario:
         """The run's ``scenario.toml``, validated (:func:`asyncfl.config.scenario.load`)."""
         try:
-            return scenario_mod.load(self.path / "scenario.toml")
+            return scenario_mod.load(self.path / "scenario.toml", run_dir=True)
         except ScenarioError as exc:
             raise RunDirError(f"{self.path}: its scenario.toml is not valid:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
 
     @cached_property
     def summary(self) -> dict[str, Any]:
-        """``summary.json`` (docs/run-directory.md §6); ``null`` numbers are None."""
-        return _read_json(self.path / "summary.json")
+        """``summary.json`` (docs/run-directory.md §6); ``null`` numbers are None. Anything but a
+        JSON object (a list, a number) is a RunDirError."""
+        data = _read_json(self.path / "summary.json")
+        if not isinstance(data, dict):
+            raise RunDirError(f"{self.path / 'summary.json'}: not a JSON object; the run directory is damaged")
+        for key in ("final", "privacy"):
+            if data.get(key) is not None and not isinstance(data[key], dict):
+                raise RunDirError(f"{self.path / 'summary.json'}: {key!r} is not a JSON object; the run directory is damaged")
+        return data
 
     @cached_property
     def metrics(self) -> "pd.DataFrame":
-        """``metrics.csv``, one row per evaluation, columns typed by :data:`METRIC_DTYPES`."""
-        return _read_table(self.path / "metrics.csv", METRIC_DTYPES)
+        """``metrics.csv``, one row per evaluation, columns typed by :data:`METRIC_DTYPES`; a task's
+        own metrics (``Task.metric_names``) are further float columns."""
+        frame = _read_table(self.path / "metrics.csv", METRIC_DTYPES)
+        pd = _pandas()
+        for col in frame.columns:
+            if col not in METRIC_DTYPES:
+                try:
+                    frame[col] = pd.to_numeric(frame[col].replace("", math.nan), errors="raise").astype("float64")
+                except (ValueError, TypeError) as exc:
+                    raise RunDirError(f"{self.path / 'metrics.csv'}: column {col!r} is not numeric ({exc})") from None
+        return frame
 
     @cached_property
     def updates(self) -> "pd.DataFrame":
@@ -156,24 +185,35 @@ class Run:
                 return {k: data[k] for k in data.files}
         except FileNotFoundError:
             raise RunDirError(f"{path}: missing") from None
-        except (OSError, ValueError) as exc:
-            raise RunDirError(f"{path}: cannot be read ({exc})") from None
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            raise RunDirError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
 
     def counts(self) -> np.ndarray:
         """``by_staleness`` (T×L int64): ``counts()[t-1, τ]`` accepted uploads of staleness τ in step t."""
-        return self.arrays["by_staleness"]
+        counts = self.arrays.get("by_staleness")
+        if counts is None or counts.ndim != 2 or counts.dtype.kind not in "iu":
+            raise RunDirError(f"{self.path / 'counts.npz'}: no 2-D integer array 'by_staleness'; the run directory is damaged")
+        return counts
 
     def W(self) -> np.ndarray:
         """The exact weight matrix ``W[t-1, s-1] = (t−s+1)^(−p) C_{t,s} / C`` (docs/protocol.md §7),
         with the run's ``p`` and ``C``; ``I`` for a synchronous run."""
         server = self.scenario.server
-        return weight_matrix(self.counts(), server.staleness_exponent, int(server.buffer))
+        try:
+            return weight_matrix(self.counts(), server.staleness_exponent, int(server.buffer))
+        except (ValueError, IndexError, TypeError) as exc:
+            raise RunDirError(f"{self.path / 'counts.npz'}: its counts do not give a weight matrix ({exc})") from None
 
     @cached_property
     def bias(self) -> dict[str, Any] | None:
         """``bias.json`` (docs/server-rules.md §8); None where the run has none (synchronous runs)."""
         path = self.path / "bias.json"
-        return _read_json(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        data = _read_json(path)
+        if not isinstance(data, dict):
+            raise RunDirError(f"{path}: not a JSON object; the run directory is damaged")
+        return data
 
     @property
     def privacy(self) -> dict[str, Any] | None:
@@ -186,7 +226,8 @@ class Run:
 
     @property
     def status(self) -> str | None:
-        return self.summary.get("status")
+        status = self.summary.get("status")
+        return None if status is None else str(status)
 
     @property
     def final(self) -> dict[str, Any]:
@@ -195,9 +236,20 @@ class Run:
 
     def model(self) -> dict[str, Any]:
         """``model.pt``: the final model's named parameters (``torch.load(weights_only=True)``)."""
+        import pickle
+
         import torch  # heavy and optional for reading tables: imported here only
 
-        return torch.load(self.path / "model.pt", weights_only=True)
+        path = self.path / "model.pt"
+        if not path.is_file():
+            raise RunDirError(f"{path}: missing")
+        try:
+            model = torch.load(path, weights_only=True)
+        except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, KeyError, TypeError) as exc:
+            raise RunDirError(f"{path}: cannot be read as a model ({exc.__class__.__name__})") from None
+        if not isinstance(model, dict):
+            raise RunDirError(f"{path}: not a state_dict (a dict of tensors)")
+        return model
 
 
 def load_run(path: str | Path) -> Run:
@@ -237,23 +289,19 @@ class Sweep:
     @cached_property
     def results(self) -> "pd.DataFrame":
         """The results table: one row per run (``results.csv`` or ``sweep.csv``), as pandas reads it."""
-        pd = _pandas()
-        try:
-            return pd.read_csv(self.path / self.table)
-        except (OSError, ValueError) as exc:
-            raise RunDirError(f"{self.path / self.table}: cannot be read ({exc})") from None
+        return _read_csv(self.path / self.table)
 
     @cached_property
     def summary(self) -> "pd.DataFrame | None":
         """``summary.csv`` of ``asyncfl sweep`` (aggregates over seeds), None where absent."""
         path = self.path / "summary.csv"
-        return _pandas().read_csv(path) if path.is_file() else None
+        return _read_csv(path) if path.is_file() else None
 
     @cached_property
     def tuning(self) -> "pd.DataFrame | None":
         """``tuning.csv`` of ``asyncfl study``, None where absent."""
         path = self.path / "tuning.csv"
-        return _pandas().read_csv(path) if path.is_file() else None
+        return _read_csv(path) if path.is_file() else None
 
     @cached_property
     def spec(self) -> dict[str, Any] | None:
@@ -263,8 +311,8 @@ class Sweep:
             return None
         try:
             return tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise RunDirError(f"{path}: not valid TOML ({exc})") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError, RecursionError) as exc:
+            raise RunDirError(f"{path}: not valid TOML ({exc.__class__.__name__})") from None
 
     @cached_property
     def run_dirs(self) -> list[Path]:
@@ -272,7 +320,12 @@ class Sweep:
         (relative to the sweep), else every run directory under ``runs/`` in sorted order."""
         column = next((c for c in RUN_DIR_COLUMNS if c in self.results.columns), None)
         if column is not None:
-            return [self.path / str(value) for value in self.results[column]]
+            dirs = [self.path / str(value) for value in self.results[column]]
+            root = self.path.resolve()
+            outside = [d for d in dirs if root not in d.resolve().parents]
+            if outside:
+                raise RunDirError(f"{self.path / self.table}: its {column} column names {outside[0]}, outside the sweep directory")
+            return dirs
         root = self.path / "runs"
         return sorted(p.parent for p in root.rglob("scenario.toml") if is_run_dir(p.parent)) if root.is_dir() else []
 

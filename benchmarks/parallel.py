@@ -55,7 +55,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local Ray i
 import torch  # noqa: E402
 
 from asyncfl.compute import executors  # noqa: E402
-from asyncfl.compute.training import LocalJob, train_batched  # noqa: E402
+from asyncfl.compute.compose import train_batched  # noqa: E402
+from asyncfl.compute.training import LocalJob  # noqa: E402
 from asyncfl.config import scenario as sc  # noqa: E402
 from asyncfl.run.parallel import InProcess, ProcessPool, RayPool, RunJob, run_jobs  # noqa: E402
 from asyncfl.sim.engine import Simulation  # noqa: E402

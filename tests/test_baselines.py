@@ -353,7 +353,7 @@ def test_sync_rounds_share_the_virtual_time_axis_with_fedbuff():
 
 @pytest.mark.parametrize("overrides,message", [
     ({"client": {"mu": 0.0}}, "positive proximal coefficient"),
-    ({"server": {"regularizer": "l1", "reg": 1.0}, "client": {"mu": 1.0}}, "only FedDR"),
+    ({"server": {"regularizer": "l1", "reg": 1.0}, "client": {"mu": 1.0}}, r"server.regularizer: unknown key.*a key of server.algorithm = 'feddr'"),
 ])
 def test_bad_baseline_configurations_are_refused(overrides, message):
     with pytest.raises(ScenarioError, match=message):

@@ -178,7 +178,8 @@ def test_2_overwrite_refuses_a_directory_holding_anything_else(stopped, tmp_path
     (out / ".model.pt.abcd1234").write_bytes(b"partial")
     assert cli(capsys, "run", path, "--out", out, "--overwrite", "--quiet")[0] == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["scenario.toml", "updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", "bias.json", "metrics.png"])
+        ["scenario.toml", "components.json", "updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt",
+         "bias.json", "metrics.png"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,6 +344,7 @@ def test_6_workers_started_off_the_main_thread_notice_the_parent_is_gone(tmp_pat
 import asyncio, os, sys, threading, time
 sys.path.insert(0, {str(REPO / 'tests')!r})
 from conftest import make_scenario
+from asyncfl.compute.compose import solver_of
 from asyncfl.compute.executors import ProcessExecutor, TaskRecipe
 from asyncfl.tasks import build_task
 from asyncfl.config.registries import TASKS
@@ -350,7 +352,7 @@ sc = make_scenario({{"run.workers": 1}})
 task = build_task(sc.task, sc.population.clients, sc.seed)
 box = []
 def start():
-    box.append(ProcessExecutor(task, sc.client, sc.run, TaskRecipe(TASKS.load(sc.task.name), sc.task, sc.population.clients, sc.seed)))
+    box.append(ProcessExecutor(task, sc.client, solver_of(sc.client), sc.run, TaskRecipe(TASKS.load(sc.task.name), sc.task, sc.population.clients, sc.seed)))
 t = threading.Thread(target=start); t.start(); t.join()
 print(*[p.pid for p in box[0]._procs], flush=True)
 time.sleep(600)
@@ -832,7 +834,8 @@ def test_18_the_algorithm_parts_bound_the_built_state():
     for algorithm in ("fedsplit", "feddr", "fedpd"):
         scenario = make_scenario({**sync, "server.algorithm": algorithm})
         sim = Simulation(scenario)
-        part = {p.what: p.bytes for p in memory.estimate(scenario).parts}[f"{algorithm}'s {memory.BASELINE_ROWS[algorithm]} model vectors per client"]
+        rows = {"fedsplit": 3, "feddr": 3, "fedpd": 4}[algorithm]  # their memory and the server's table, per client
+        part = {p.what: p.bytes for p in memory.estimate(scenario).parts}[f"{algorithm}'s {rows} model vectors per client"]
         state = sim.algo_state
         assert part == _state_bytes(state.clients) + _state_bytes(state.table)
     for window in (None, 8):

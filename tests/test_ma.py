@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from asyncfl.server import ma
+from tests.conftest import make_scenario
 from asyncfl.server.aggregation import Aggregate, weight_matrix
 from asyncfl.figures.bias import draw_bias_heatmaps
 from asyncfl.server.bias import bias_report
@@ -476,11 +477,12 @@ def test_rules_survive_noisy_weights(rule):
 
 # ----------------------------------------------------------------------------------------------
 # configuration, state as data
-def test_registry_builds_rules_from_the_server_section():
-    server = SimpleNamespace(rule="ma-full", beta=0.7, ma_target="nesterov", ma_ridge=0.01, ma_window=3)
-    full = make_rule(server)
+def test_the_ma_components_build_their_rules_from_their_own_keys():
+    keys = {"server.rule": "ma-full", "server.beta": 0.7, "server.ma_target": "nesterov", "server.ma_ridge": 0.01,
+            "server.ma_window": 3}
+    full = make_rule(make_scenario(keys))
     assert isinstance(full, ma.MAFull) and (full.beta, full.target, full.ridge, full.window) == (0.7, "nesterov", 0.01, 3)
-    light = make_rule(SimpleNamespace(**{**vars(server), "rule": "ma-light"}))
+    light = make_rule(make_scenario({**keys, "server.rule": "ma-light", "server.ma_ridge": None, "server.ma_window": None}))
     assert isinstance(light, ma.MALight) and (light.beta, light.target) == (0.7, "nesterov")
     with pytest.raises(ValueError, match="ma target"):
         ma.MALight(0.5, "adam")

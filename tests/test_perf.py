@@ -15,7 +15,8 @@ from asyncfl.errors import ScenarioError
 from asyncfl.compute.compose import make_executor
 from asyncfl.compute.executors import BatchedExecutor, NullExecutor
 from asyncfl.tasks import build_task
-from asyncfl.compute.training import LocalJob, batch_schedule, group_indices, local_steps_count, local_train, mlp_layers, train_batched
+from asyncfl.compute.compose import local_train, train_batched
+from asyncfl.compute.training import LocalJob, batch_schedule, group_indices, local_steps_count, mlp_layers
 
 from conftest import make_scenario
 
@@ -177,9 +178,12 @@ def test_ray_missing_is_a_scenario_error(monkeypatch):
 
 
 def test_batched_is_refused_with_threads():
-    scenario = make_scenario({"run.executor": "threads", "run.batched": True})
     with pytest.raises(ScenarioError, match=r"run\.batched = true, run\.executor = 'threads'.*inline, processes, ray"):
-        make_executor(None, scenario.client, scenario.run, scenario)
+        make_scenario({"run.executor": "threads", "run.batched": True})
+    scenario = make_scenario()  # the executor's builder refuses it too, for a run section made by hand
+    run = scenario.run.model_copy(update={"executor": "threads", "batched": True})
+    with pytest.raises(ScenarioError, match=r"run\.batched = true, run\.executor = 'threads'.*inline, processes, ray"):
+        make_executor(None, scenario.client, run, scenario)
 
 
 def test_null_executor_runs_the_engine_without_training():

@@ -364,7 +364,7 @@ BAD = [
     ({"privacy.max_participations": 2, "run.max_update_norm": 10.0}, "run.max_update_norm = 10.0: must be unset with privacy.sampling = 'participation-cap'"),
     ({"privacy.sampling": "poisson", "privacy.max_participations": 2}, "privacy.max_participations = 2: only used with privacy.sampling = 'participation-cap'"),
     ({"privacy.sampling": "poisson", "privacy.noise_cohort": 31}, "privacy.noise_cohort = 31: must be at most population.clients = 30"),
-    ({"privacy.sampling": "shuffling"}, "privacy.sampling = 'shuffling': must be 'poisson' or 'participation-cap'"),
+    ({"privacy.sampling": "shuffling"}, "privacy.sampling = 'shuffling': unknown sampling assumption"),
     ({**SYNC, "server.cohort": 6, "server.buffer": 4, "server.algorithm": "feddr", "client.mu": 0.5, "server.rule": "sgd",
       "privacy.max_participations": 3}, "server.algorithm = 'feddr' takes its server step from a table"),
 ]

@@ -1,7 +1,8 @@
-"""One registry per kind of plug-in (docs/architecture.md, "Registries").
+"""Every plug-in is a declared component, one table per kind (docs/architecture.md §4).
 
-Every kind — server rules, algorithms, protocols, latency models, tasks, executors, privacy
-accountants, count post-processing modes — is written down once, in
+Every kind — tasks, latency and availability models, protocols, algorithms, server rules, local
+solvers, executors, sampling assumptions, privacy accountants, count post-processing modes — is
+declared once, in :mod:`asyncfl.components.builtin`, and seen by kind through the live tables of
 :mod:`asyncfl.config.registries`. These tests read as the specification of that:
 
 * every registered name loads (lazily: the registries and the scenario import no torch) and the
@@ -73,12 +74,13 @@ def test_a_target_must_be_module_colon_attribute() -> None:
         Registry("widget", "section.widget", {"a": "json.dumps"})
 
 
-def test_only_tagged_variants_have_a_config_class() -> None:
+def test_a_component_has_a_config_class_when_it_owns_keys() -> None:
     assert LATENCIES.config("pareto") is sc.ParetoLatency
     assert TASKS.config("quadratic") is sc.QuadraticTask
+    assert set(RULES.config("adam").model_fields) == {"beta", "adam_beta2", "adam_eps"}
     with pytest.raises(LookupError, match="no config class"):
         RULES.config("sgd")
-    with pytest.raises(KeyError, match="Allowed: constant"):
+    with pytest.raises(LookupError, match="Allowed: constant"):
         LATENCIES.config("gamma")
 
 
@@ -90,24 +92,26 @@ def test_the_registries_and_the_scenario_import_no_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def test_every_kind_has_one_registry_and_every_target_is_a_module_attribute() -> None:
+def test_every_kind_has_one_table_and_every_builtin_builder_is_a_module_attribute() -> None:
     fields = [reg.field for reg in REGISTRIES]
     assert fields == [
-        "server.rule", "server.algorithm", "server.protocol", "latency.dist", "task.name",
-        "run.executor", "privacy.sampling", "privacy.accountant", "privacy.counts",
+        "task.name", "latency.dist", "population.availability", "server.protocol", "server.algorithm",
+        "server.rule", "client.solver", "client.update_hook", "run.executor", "privacy.sampling", "privacy.accountant", "privacy.counts",
     ]
     for reg in REGISTRIES:
         for entry in reg.entries():
-            assert entry.module.startswith("asyncfl.") and entry.attribute, (reg.kind, entry)
+            if entry.origin.source == "builtin":
+                module, _, attribute = entry.build.partition(":")
+                assert module.startswith("asyncfl.") and attribute, (reg.kind, entry)
 
 
 # -- every name loads and has its kind's interface ----------------------------------------------
 @pytest.mark.parametrize("name", RULES.names)
-def test_every_rule_builds_from_the_server_section_and_steps(name: str) -> None:
-    cls = RULES.load(name)
-    assert inspect.isclass(cls) and callable(cls.from_config)
-    server = sc.ServerConfig(rule=name, max_staleness=3, ma_ridge=0.0)
-    rule = cls.from_config(server)
+def test_every_rule_builds_from_its_own_config_and_steps(name: str) -> None:
+    component = RULES.get(name)
+    cfg = None if component.config is None else component.config(
+        **({"ma_ridge": 0.0} if "ma_ridge" in component.config.model_fields else {}))
+    rule = component.builder()(cfg)
     assert callable(rule.init) and callable(rule.direction)
     theta = torch.zeros(4, dtype=torch.float64)
     state = rule.init(theta)
@@ -116,24 +120,24 @@ def test_every_rule_builds_from_the_server_section_and_steps(name: str) -> None:
     assert out.direction.shape == r.shape and torch.isfinite(out.direction).all()
     if name in ("sgd", "momentum", "nesterov", "ma-full", "ma-light"):
         # the first step of every momentum-like rule from a zero state (W = I): m_1 = r_1 ((1+β) r_1 for Nesterov)
-        scale = 1.0 + server.beta if name == "nesterov" else 1.0
+        scale = 1.0 + cfg.beta if name == "nesterov" else 1.0
         torch.testing.assert_close(out.direction, scale * r)
 
 
-def test_make_rule_builds_the_registered_class() -> None:
+def test_make_rule_builds_the_named_component() -> None:
     from asyncfl.server.compose import make_rule
 
     for name in RULES.names:
-        assert type(make_rule(sc.ServerConfig(rule=name))) is RULES.load(name)
+        assert type(make_rule(sc.validate(make_raw(**{"server.rule": name})))) is RULES.load(name).__self__
     with pytest.raises(ScenarioError, match="server.rule = 'rmsprop': unknown server rule.*Allowed: sgd, momentum"):
-        make_rule(type("Server", (), {"rule": "rmsprop"})())
+        sc.validate(make_raw(**{"server.rule": "rmsprop"}))
 
 
 @pytest.mark.parametrize("name", ALGORITHMS.names)
-def test_every_algorithm_target_is_a_builder_of_scenario_task_aggregator_rule(name: str) -> None:
+def test_every_algorithm_builder_takes_its_own_config_and_a_context(name: str) -> None:
     build = ALGORITHMS.load(name)
     assert callable(build)
-    assert list(inspect.signature(build).parameters) == ["scenario", "task", "aggregator", "rule"]
+    assert list(inspect.signature(build).parameters) == ["cfg", "ctx"]
 
 
 @pytest.mark.parametrize("name", PROTOCOLS.names)
@@ -164,11 +168,10 @@ def test_every_latency_model_has_its_config_class_and_a_draw(name: str) -> None:
     assert issubclass(config, sc.Section) and config.model_fields["dist"].default == name
     draw = LATENCIES.load(name)
     assert callable(draw)
-    if name not in DRAWN:  # replayed / fixed per client: refused as a per-job sampler
-        cfg = config(file="x")
-        with pytest.raises(NotImplementedError, match=f"latency.dist = '{name}' is not drawn per job"):
-            latency_models.sampler(draw, cfg)
+    if name not in DRAWN:  # replayed / fixed per client: not drawn per job
+        assert LATENCIES.get(name).traits.mode == {"trace": "replay", "fedscale": "profiles"}[name]
         return
+    assert LATENCIES.get(name).traits.mode == "draw"
     cfg, reference = DRAWN[name]
     rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
     sample = latency_models.sampler(draw, cfg)
@@ -218,7 +221,7 @@ def test_build_task_refuses_an_unregistered_name_listing_every_task() -> None:
 @pytest.mark.parametrize("name", EXECUTORS.names)
 def test_every_executor_target_builds_from_task_client_run_recipe(name: str) -> None:
     build = EXECUTORS.load(name)
-    assert list(inspect.signature(build).parameters) == ["task", "client", "run", "recipe"]
+    assert list(inspect.signature(build).parameters) == ["task", "client", "solver", "run", "recipe"]
 
 
 @pytest.mark.asyncio
@@ -226,7 +229,8 @@ def test_every_executor_target_builds_from_task_client_run_recipe(name: str) -> 
 async def test_the_in_process_executors_train_a_job(name: str) -> None:
     from asyncfl.compute.compose import make_executor
     from asyncfl.compute.executors import InlineExecutor, ThreadExecutor
-    from asyncfl.compute.training import LocalJob, local_train
+    from asyncfl.compute.compose import local_train
+    from asyncfl.compute.training import LocalJob
     from asyncfl.tasks import build_task
 
     scenario = sc.validate(make_raw(**{"run.executor": name, "run.workers": 2}))
@@ -245,7 +249,7 @@ def test_make_executor_refuses_an_unregistered_name() -> None:
     from asyncfl.compute.compose import make_executor
 
     run = sc.RunConfig().model_copy(update={"executor": "mpi"})  # bypasses validation on purpose
-    with pytest.raises(ScenarioError, match="run.executor = 'mpi': unknown executor. Allowed: inline, threads, processes, ray"):
+    with pytest.raises(ScenarioError, match=r"run.executor = 'mpi': unknown executor \(a registered name.*\). Allowed: inline, threads, processes, ray"):
         make_executor(None, sc.ClientConfig(local_steps=1), run)
 
 
@@ -369,6 +373,8 @@ def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
                 raw["latency"]["file"] = "asyncfl:fedscale_sample_devices.pkl"
         return raw
     raw.setdefault(section, {})[key] = name
+    if field == "population.availability" and name == "trace":
+        raw["population"]["availability_file"] = "asyncfl:fedscale_sample_availability.pkl"
     if field == "server.protocol" and name == "sync":
         raw["server"].pop("concurrency")
     if field == "server.algorithm" and name != "fedavg":
@@ -405,13 +411,27 @@ def test_the_scenario_refuses_any_other_name_listing_the_registered_ones(field: 
     assert _listed(problems[0]) == set(registry.names)
 
 
-def test_the_allowed_values_of_plain_keys_are_the_registries_names() -> None:
-    for registry in (RULES, ALGORITHMS, PROTOCOLS, EXECUTORS, SAMPLINGS, ACCOUNTANTS, COUNT_MODES):
+def test_the_allowed_values_of_a_kind_are_whatever_is_registered_when_the_scenario_is_read() -> None:
+    """No kind's names are fixed at import (no ``Literal``): a component registered later is
+    accepted, and an unregistered one refused again."""
+    from asyncfl.components.core import Component
+    from asyncfl.components.registry import register, unregister
+
+    for registry in REGISTRIES:
         section, key = registry.field.split(".")
-        model = sc.SECTIONS[section]
-        assert typing.get_args(model.model_fields[key].annotation) == registry.names, registry.field
-    for section, (registry, default) in sc.TAGGED.items():
-        assert registry.field.startswith(f"{section}.") and default in registry
+        model = sc.TAGGED[section].traits if section in sc.TAGGED else sc.SECTIONS[section]
+        if section not in sc.TAGGED:
+            assert model.model_fields[key].annotation is str, registry.field
+    raw = make_raw(**{"server.rule": "late-rule"})
+    with pytest.raises(ScenarioError, match="server.rule = 'late-rule': unknown server rule"):
+        sc.validate(raw)
+    register(Component("rule", "late-rule", "asyncfl.server.rules:SGD.from_config"))
+    try:
+        assert sc.validate(raw).component("rule").name == "late-rule"
+    finally:
+        unregister("rule", "late-rule")
+    with pytest.raises(ScenarioError, match="late-rule"):
+        sc.validate(raw)
 
 
 def _listed(message: str) -> set[str]:
@@ -483,7 +503,8 @@ def test_simplex_counts_are_accepted_and_a_private_run_uses_them(monkeypatch: py
     assert torch.isfinite(sim.theta).all()
 
 
-def test_registries_module_lists_every_registry() -> None:
+def test_registries_module_lists_every_kind() -> None:
     found = {name for name, value in vars(registries).items() if isinstance(value, Registry)}
-    assert found == {"RULES", "ALGORITHMS", "PROTOCOLS", "LATENCIES", "TASKS", "EXECUTORS", "SAMPLINGS", "ACCOUNTANTS", "COUNT_MODES"}
+    assert found == {"RULES", "ALGORITHMS", "PROTOCOLS", "LATENCIES", "AVAILABILITIES", "TASKS", "SOLVERS", "HOOKS", "EXECUTORS",
+                     "SAMPLINGS", "ACCOUNTANTS", "COUNT_MODES"}
     assert len(REGISTRIES) == len(found)

@@ -40,6 +40,7 @@ from asyncfl.sim.clock import timeout_at
 from asyncfl.records import UPDATE_FIELDS
 from asyncfl.sim.engine import Simulation
 from asyncfl.errors import NumericalFault, RunInterrupted
+from asyncfl.compute.compose import solver_of
 from asyncfl.compute.executors import InlineExecutor
 from asyncfl.records import METRIC_FIELDS
 from asyncfl.run.rundir import read_csv
@@ -602,7 +603,7 @@ class FaultyExecutor(InlineExecutor):
     Chosen by seed, so a resumed run injects the same faults."""
 
     def __init__(self, task, client, every: int = 4) -> None:
-        super().__init__(task, client)
+        super().__init__(task, client, solver_of(client))
         self.every = every
         self.kinds = ("nan", "inf", "huge")
 

@@ -84,9 +84,10 @@ def test_momentum_unrolls_to_target_row():
         torch.testing.assert_close(res.direction, expected, rtol=0, atol=1e-12)
 
 
-def test_make_rule_reads_the_server_section():
+def test_make_rule_builds_the_named_rule_from_its_own_keys():
     scenario = make_scenario({"server.rule": "nesterov", "server.beta": 0.3})
-    rule = make_rule(scenario.server)
+    assert scenario.config_of("rule").model_dump() == {"beta": 0.3}
+    rule = make_rule(scenario)
     assert isinstance(rule, Nesterov) and rule.beta == 0.3
 
 
@@ -118,7 +119,7 @@ def _same(a, b) -> bool:
 def test_pure_rules_never_write_into_the_state_they_are_given(name):
     """A rule that does not declare ``in_place_state`` leaves every state it was handed exactly as
     it was: re-running a step from an old state gives the same direction (the optax contract)."""
-    rule = make_rule(make_scenario({"server.rule": name}).server)
+    rule = make_rule(make_scenario({"server.rule": name}))
     rs = _sequence(steps=12)
     state = rule.init(torch.zeros(7, dtype=torch.float64))
     history = []
@@ -139,5 +140,5 @@ def test_pure_rules_never_write_into_the_state_they_are_given(name):
 
 
 def test_ma_full_declares_its_in_place_buffers_and_no_other_rule_does():
-    declared = {name for name in RULE_NAMES if make_rule(make_scenario({"server.rule": name}).server).in_place_state}
+    declared = {name for name in RULE_NAMES if make_rule(make_scenario({"server.rule": name})).in_place_state}
     assert declared == {"ma-full"}

@@ -1,5 +1,7 @@
 """Every scenario key is documented in one place (docs/scenario.md §1): the table lists exactly
-the keys of every section and of every variant of the tagged sections, each with its default."""
+the keys of every section and of every built-in component, each with its default. A row's
+"component" cell names the component(s) that own the key (``momentum, nesterov``), or — for a
+base key of the section."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ from pathlib import Path
 
 from pydantic_core import PydanticUndefined
 
+from asyncfl.components.core import KINDS
+from asyncfl.components.registry import REGISTRY
 from asyncfl.config import scenario as sc
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "scenario.md"
-ROW = re.compile(r"^\| `([\w.]+)` \| ([\w-]+|—) \| (.+?) \| (.+) \|$")
+ROW = re.compile(r"^\| `([\w.]+)` \| ([\w-]+(?:, [\w-]+)*|—) \| (.+?) \| (.+) \|$")
 
 
 def documented() -> dict[tuple[str, str], str]:
@@ -20,10 +24,11 @@ def documented() -> dict[tuple[str, str], str]:
     for line in DOC.read_text(encoding="utf-8").splitlines():
         m = ROW.match(line)
         if m:
-            key, variant, default, meaning = m.groups()
-            assert (key, variant) not in rows, f"{key} ({variant}) documented twice"
+            key, variants, default, meaning = m.groups()
             assert meaning.strip(), key
-            rows[(key, variant)] = default.strip()
+            for variant in variants.split(", "):
+                assert (key, variant) not in rows, f"{key} ({variant}) documented twice"
+                rows[(key, variant)] = default.strip()
     return rows
 
 
@@ -32,13 +37,15 @@ def actual() -> dict[tuple[str, str], object]:
     for section, cls in sc.SECTIONS.items():
         for key, field in cls.model_fields.items():
             keys[(f"{section}.{key}", "—")] = field.default
-    for section, (registry, default) in sc.TAGGED.items():
-        tag = registry.field.partition(".")[2]
-        keys[(registry.field, "—")] = default
-        for entry in registry.entries():
-            for key, field in entry.config.model_fields.items():
-                if key != tag:
-                    keys[(f"{section}.{key}", entry.name)] = field.default
+    for kind in KINDS.values():
+        if kind.whole_section:
+            keys[(kind.field, "—")] = kind.default
+        for component in REGISTRY.components(kind.name):
+            if component.origin.source != "builtin" or component.config is None:
+                continue
+            for key, field in component.config.model_fields.items():
+                if not (kind.whole_section and key == kind.key):
+                    keys[(f"{kind.section}.{key}", component.name)] = field.default
     return keys
 
 

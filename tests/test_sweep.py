@@ -176,7 +176,7 @@ def test_the_sweep_summary_interval_is_scipys():
 def test_a_diverging_point_is_recorded_and_the_others_run(scenario_file, tmp_path):
     out = tmp_path / "sweep"
     assert main(["sweep", str(scenario_file), "--grid", "server.lr=0.3,1e4", "--set", "server.rule=sgd",
-                 "--set", "run.divergence_loss=1e6", "--set", "run.eval_every=1", "--out", str(out), "--quiet"]) == 0
+                 "--set", "run.divergence_loss=1e6", "--set", "run.eval_every=1", "--out", str(out), "--quiet"]) == 3  # a run diverged: exit 3, the others ran
     rows = {r["server.lr"]: r for r in csv.DictReader(open(out / "results.csv"))}
     assert rows["0.3"]["status"] == "completed"
     assert rows["10000.0"]["status"] == "diverged" and "diverged at server step" in rows["10000.0"]["message"]
@@ -188,7 +188,7 @@ def test_a_changed_grid_is_refused_and_extend_adds_points(scenario_file, tmp_pat
     assert main([*base, "--grid", "server.rule=sgd,momentum"]) == 0
     first = {p.name: (p / "updates.csv").read_bytes() for p in (out / "runs").iterdir()}
     assert main([*base, "--grid", "server.rule=sgd,nesterov"]) == 2
-    assert "holds a sweep with another grid" in capsys.readouterr().err
+    assert "holds the results of another asyncfl sweep (made by: asyncfl sweep" in capsys.readouterr().err
     assert main([*base, "--grid", "server.rule=sgd,nesterov", "--extend"]) == 2  # momentum would be lost
     assert main([*base, "--grid", "server.rule=sgd,momentum,nesterov", "--extend"]) == 0
     rows = list(csv.DictReader(open(out / "results.csv")))
@@ -201,7 +201,7 @@ def test_a_directory_that_is_not_a_sweep_is_refused(scenario_file, tmp_path, cap
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     assert main(["sweep", str(scenario_file), "--out", str(out), "--quiet"]) == 2
-    assert "not a sweep directory" in capsys.readouterr().err and (out / "notes.txt").read_text() == "mine"
+    assert "not a folder asyncfl sweep made" in capsys.readouterr().err and (out / "notes.txt").read_text() == "mine"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,8 +225,11 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 def test_sigkill_of_the_driver_kills_its_workers_and_the_same_command_resumes(tmp_path):
     scenario = tmp_path / "s.toml"
+    # server.lr = 0.1, client.lr = 0.002: every run completes (at the base's all six diverged at step 10, which a
+    # sweep that exited 0 whatever happened hid)
     scenario.write_text(tomli_w.dumps(make_raw(**{"run.steps": 150, "run.eval_every": 10, "run.checkpoint_every": 10,
-                                                  "task.dim": 30, "task.samples_per_client": 200})))
+                                                  "task.dim": 30, "task.samples_per_client": 200, "server.lr": 0.1,
+                                                  "client.lr": 0.002})))
     args = ["sweep", str(scenario), "--grid", "server.rule=momentum,ma-light,nesterov", "--seeds", "0-1", "--workers", "2", "--quiet"]
     ref = tmp_path / "ref"
     assert main([*args, "--out", str(ref)]) == 0

@@ -14,6 +14,7 @@ from rich.table import Table
 from asyncfl.cli.console import console, say
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.figures.bias import plot_bias_heatmaps
+from asyncfl.run import outdir
 from asyncfl.run.bias_report import RULE_KEYS, write_bias_json
 
 LABELS = {"none": "no momentum (W vs I)", "momentum": "naive momentum (A = M)", "ma_full": "MA-full", "ma_light": "MA-light"}
@@ -35,6 +36,7 @@ def explain(report: dict) -> list[str]:
 
 def cmd_bias(args: argparse.Namespace) -> int:
     fmt = args.format or "png"
+    outdir.check_run_dir(args.run_dir)  # a run directory no run or resume is writing
     report = write_bias_json(args.run_dir)
     figure = plot_bias_heatmaps(args.run_dir, Path(args.run_dir) / "bias_heatmaps.png", fmt)
     table = Table(title=f"implicit momentum bias ‖AW − M‖_F/‖M‖_F — {report['steps_analysed']} steps, target {report['target']} β={report['beta']}")

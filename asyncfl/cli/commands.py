@@ -57,14 +57,15 @@ def _quiet(p: argparse.ArgumentParser, help: str = "no progress bar and no summa
 def run_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--out", help="run directory (default: runs/NAME-TIMESTAMP)")
-    p.add_argument("--overwrite", action="store_true", help="allow --out to be a non-empty directory")
+    p.add_argument("--overwrite", action="store_true", help="--out may hold an earlier run: its files (and only those) are removed first; "
+                                                                   "a directory holding anything else is refused")
     _format(p)
     _quiet(p)
 
 
 def resume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="the run directory (written by 'asyncfl run')")
-    _format(p)
+    _format(p, figure_path=False)
     _quiet(p)
 
 
@@ -72,14 +73,15 @@ def validate_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
 
 
-def _format(p: argparse.ArgumentParser) -> None:
+def _format(p: argparse.ArgumentParser, figure_path: bool = True) -> None:
     p.add_argument("--format", choices=FORMATS,
-                   help="file format of the figures (default: png, or the suffix of a figure path given with --out)")
+                   help="file format of the figures (default: png" + (", or the suffix of a figure path given with --out)"
+                                                                       if figure_path else ")"))
 
 
 def bias_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="a run directory written by `asyncfl run`")
-    _format(p)
+    p.add_argument("run_dir", help="a run directory written by `asyncfl run` (bias.json and the heat maps are written into it)")
+    _format(p, figure_path=False)
 
 
 def scenarios_args(p: argparse.ArgumentParser) -> None:
@@ -88,8 +90,9 @@ def scenarios_args(p: argparse.ArgumentParser) -> None:
 
 def plot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", help="run directories (overlaid)")
-    p.add_argument("--out", help="figure path (default: metrics.FORMAT in the first run directory)")
+    p.add_argument("--out", help="figure path, outside every run directory (default: plot.FORMAT in the current directory)")
     p.add_argument("--label", action="append", help="legend label per run (repeatable, in order)")
+    p.add_argument("--overwrite", action="store_true", help="replace the figure if it exists")
     _format(p)
 
 
@@ -97,9 +100,10 @@ def compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN", help="run directories (FedBuff, sync, baselines, private: any mix)")
     p.add_argument("--metric", default="accuracy", choices=METRICS,
                    help="the metric whose curves are overlaid (default: accuracy; loss when no run has one)")
-    p.add_argument("--out", help="figure path (default: no figure, only the table)")
+    p.add_argument("--out", help="figure path, outside every run directory (default: no figure, only the table)")
     p.add_argument("--label", action="append", help="label per run (repeatable, in order; default: scenario names)")
-    p.add_argument("--csv", help="also write the table as CSV to this path")
+    p.add_argument("--csv", help="also write the table as CSV to this path (outside every run directory)")
+    p.add_argument("--overwrite", action="store_true", help="replace the figure and the CSV file if they exist")
     _format(p)
 
 
@@ -109,12 +113,23 @@ def privacy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--xi", type=float, nargs="+", metavar="XI", help="count-noise levels ξ to sweep (each > σ)")
     p.add_argument("--gamma", type=float, nargs="+", metavar="GAMMA", help="payload scales γ to sweep (each > 0)")
     p.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES), help="server rules to run at every point")
-    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="seeds (default: the scenario's)")
+    _seeds(p)
     p.add_argument("--out", help="output directory (default: runs/privacy-NAME-TIMESTAMP)")
-    p.add_argument("--overwrite", action="store_true", help="allow --out to hold an earlier sweep")
+    _overwrite(p)
     _placement(p)
     _format(p)
     _quiet(p, "no progress bar and no table")
+
+
+def _seeds(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seeds", nargs="+", metavar="SEEDS",
+                   help="seeds: a list (0 1 2), a range (0-4), commas (0,2,5) or a mix (default: the scenario's seed)")
+
+
+def _overwrite(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="--out may hold the results of another spec of this command: its files (and only those) are "
+                        "removed first; a folder holding anything else is refused")
 
 
 def _placement(p: argparse.ArgumentParser) -> None:
@@ -130,9 +145,10 @@ def sweep_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="a scenario key and its values (repeatable: the cartesian product is run)")
-    p.add_argument("--seeds", help="seeds, e.g. 0-4 or 0,2,5 (default: the scenario's seed)")
+    _seeds(p)
     p.add_argument("--out", required=True, help="sweep directory (rerunning the same command resumes it)")
     p.add_argument("--extend", action="store_true", help="add points to the sweep in --out (its grid must be a subset)")
+    _overwrite(p)
     _placement(p)
     _quiet(p, "no progress display and no table")
 
@@ -141,6 +157,7 @@ def study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="study spec TOML (see analysis/study_small.toml)")
     p.add_argument("--out", required=True, help="study directory (resumable: completed runs are kept)")
     p.add_argument("--check", action="store_true", help="validate the spec and every scenario it implies, run nothing")
+    _overwrite(p)
     _placement(p)
     _format(p)
     _quiet(p, "no progress bar")

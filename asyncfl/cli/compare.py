@@ -23,10 +23,12 @@ from asyncfl.cli.console import console, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.errors import AsyncFLError
 from asyncfl.figures.metrics import plot_metrics
+from asyncfl.figures.style import with_format
+from asyncfl.run import outdir
 from asyncfl.results import Run, load_run
+from asyncfl.run.bias_report import own_bias
 
 #: the bias.json key measuring each FedBuff rule's own bias (docs/server-rules.md §7)
-OWN_BIAS = {"sgd": "none", "momentum": "momentum", "nesterov": "momentum", "ma-full": "ma_full", "ma-light": "ma_light"}
 COLUMNS = ("run", "protocol", "algorithm", "rule", "task", "private", "status", "steps", "virtual_time",
            "loss", "accuracy", "gap", "train_loss", "updates_accepted", "bias")
 
@@ -41,15 +43,11 @@ def row_of(run: Run, label: str) -> dict[str, Any]:
     before the summary named what ran)."""
     summary, server = run.summary, run.scenario.server
     final = run.final
-    bias: Any = math.nan
-    if server.protocol == "sync":
-        bias = 0.0
-    elif run.bias is not None and server.rule in OWN_BIAS:
-        bias = run.bias.get(OWN_BIAS[server.rule], math.nan)
+    bias = own_bias(run.scenario, run.bias)
     return {
         "run": label, "protocol": summary.get("protocol", server.protocol),
         "algorithm": summary.get("algorithm", server.algorithm),
-        "rule": summary.get("rule", server.rule if server.algorithm in ("fedavg", "fedprox") else None) or "—",
+        "rule": summary.get("rule", server.rule if run.scenario.component("algorithm").traits.uses_rule else None) or "—",
         "task": summary.get("task", run.scenario.task.name), "private": bool(summary.get("private", run.scenario.privacy.enabled)),
         "status": summary.get("status"), "steps": summary.get("steps"), "virtual_time": summary.get("virtual_time"),
         "loss": final.get("loss"), "accuracy": final.get("accuracy"), "gap": final.get("gap"),
@@ -66,6 +64,12 @@ def _cell(value: Any) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    # the outputs are checked before anything is read or written: never on a run's own files
+    figure = outdir.check_file(with_format(Path(args.out), args.format), args.overwrite, args.run_dirs) if args.out else None
+    if args.csv:
+        outdir.check_file(args.csv, args.overwrite, args.run_dirs, option="--csv")
+        if figure is not None and Path(args.csv).resolve() == figure.resolve():
+            raise AsyncFLError(f"--csv {args.csv}: the same file as --out; give two paths")
     runs = [load_run(p) for p in args.run_dirs]
     if args.label and len(args.label) != len(runs):
         raise AsyncFLError(f"--label: given {len(args.label)} times for {len(runs)} runs; give one per run, in order")
@@ -92,6 +96,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if metric != "loss" and all(run.metrics[metric].isna().all() if metric in run.metrics else True for run in runs):
             warn(f"note: no run has {metric!r} (a regression task?); drawing 'loss' instead")
             metric = "loss"
-        out = plot_metrics([r.path for r in runs], Path(args.out), labels, metrics=[metric], fmt=args.format)
+        out = plot_metrics([r.path for r in runs], figure, labels, metrics=[metric], fmt=args.format)
         say(f"wrote {out}")
     return EXIT_OK

@@ -8,6 +8,9 @@ string that can be copied). Torch-free: ``asyncfl --help``, ``validate`` and ``s
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -15,10 +18,28 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+def _width(stream: Any) -> int | None:
+    """None (rich's own: the terminal's, or ``COLUMNS``) on a terminal; else wide enough that a
+    table written to a file or a pipe is never cut to 80 columns (cells shortened to "0.…")."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return None if tty or os.environ.get("COLUMNS") else NOT_A_TERMINAL_WIDTH
+
+
+#: the width of tables written to a file or a pipe (they are as wide as their content, at most this)
+NOT_A_TERMINAL_WIDTH = 1000
 #: standard output: results (tables, ``wrote …`` lines, ``validate``'s scenario)
-console = Console(highlight=False, markup=False, emoji=False)
+console = Console(highlight=False, markup=False, emoji=False, width=_width(sys.stdout))
 #: standard error: progress, errors and notices
-err_console = Console(stderr=True, highlight=False, markup=False, emoji=False)
+err_console = Console(stderr=True, highlight=False, markup=False, emoji=False, width=_width(sys.stderr))
+
+
+def command_line(args: Any) -> str:
+    """The command as typed (``asyncfl sweep …``; :func:`asyncfl.cli.main.main` records it),
+    written into the folders a command makes."""
+    return str(getattr(args, "command_line", "") or "asyncfl " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
 def say(text: str) -> None:

@@ -14,6 +14,7 @@ modules; the command that runs is loaded from :data:`asyncfl.cli.commands.COMMAN
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from asyncfl import __version__
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.command_line = " ".join(["asyncfl", *(shlex.quote(str(a)) for a in (sys.argv[1:] if argv is None else argv))])
         return int(COMMANDS.load(args.command)(args) or EXIT_OK)
     except NumericalFault as exc:
         fault("numerical fault:", str(exc))

@@ -1,6 +1,7 @@
 """``asyncfl plot RUN_DIR… [--out FILE] [--label L]… [--format png|pdf|svg]``: learning curves of one or more runs
 against server steps and virtual time (:func:`asyncfl.figures.metrics.plot_metrics`;
-docs/run-directory.md, ``metrics.png``)."""
+docs/run-directory.md, ``metrics.png``). The figure goes to ``--out`` (default ``plot.FORMAT``
+in the working directory), never into a run directory (:func:`asyncfl.run.outdir.check_file`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from pathlib import Path
 from asyncfl.cli.console import say
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.figures.metrics import plot_metrics
+from asyncfl.figures.style import with_format
+from asyncfl.run import outdir
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "metrics.png"
-    out = plot_metrics(args.run_dirs, out, args.label, fmt=args.format)  # --format wins over the suffix
+    fmt = args.format
+    out = with_format(Path(args.out) if args.out else Path("plot"), fmt)
+    outdir.check_file(out, overwrite=args.overwrite, inputs=args.run_dirs)  # never into a run's own files
+    out = plot_metrics(args.run_dirs, out, args.label, fmt=fmt)  # --format wins over the suffix
     say(f"wrote {out}")
     return EXIT_OK

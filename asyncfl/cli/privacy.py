@@ -15,27 +15,28 @@ from pathlib import Path
 
 from rich.table import Table
 
-from asyncfl.cli.console import RunsDisplay, console, say, warn
-from asyncfl.cli.exit_codes import EXIT_OK
+from asyncfl.cli.console import RunsDisplay, command_line, console, say, warn
+from asyncfl.cli.exit_codes import of_runs
 from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.run.rundir import default_run_dir
 from asyncfl.studies.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
-from asyncfl.studies.privacy_sweep.run import record_command, run_sweep
+from asyncfl.studies.privacy_sweep.run import check_choices, run_sweep
+from asyncfl.studies.sweep.grid import parse_seeds
 from asyncfl.studies.privacy_sweep.tables import findings
 
-COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "claim", "rule", "seed", "part. max", "accuracy", "bias (W)", "bias (Ŵ)",
+COLUMNS = ("ξ", "ξ/C", "γ", "ε spent", "claim", "rule", "seed", "status", "part. max", "accuracy", "bias (W)", "bias (Ŵ)",
            "update noise", "count noise")
 
 
 def cmd_privacy(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     check_scenario(scenario)
+    seeds = list(parse_seeds(args.seeds, option="--seeds")) if args.seeds else [scenario.seed]
+    check_choices(args.rules, seeds)
     out = Path(args.out) if args.out else default_run_dir(scenario.name, prefix="privacy-")
     budget = resolve_budget(scenario)
     sweep_points(budget, args.xi or (), args.gamma or ())  # validate every point before any run
-    seeds = args.seeds or [scenario.seed]
-    record_command(out, scenario, args.xi or (), args.gamma or (), args.rules, seeds, args.overwrite)
     if not args.quiet:
         warn(budget.describe())
     display = RunsDisplay("privacy sweep", quiet=args.quiet)
@@ -46,20 +47,26 @@ def cmd_privacy(args: argparse.Namespace) -> int:
 
     try:
         _, rows = run_sweep(scenario, out, args.xi or (), args.gamma or (), args.rules, seeds, backend=backend,
-                            on_outcome=on_run, on_start=display.start, budget=budget, fmt=args.format or "png")
+                            on_outcome=on_run, on_start=display.start, budget=budget, fmt=args.format or "png",
+                            overwrite=args.overwrite, command=command_line(args))
     finally:
         display.close()
         backend.close()
     if not args.quiet:
         table = Table(title=f"privacy sweep — {budget.describe()}")
         for col in COLUMNS:
-            table.add_column(col, justify="left" if col == "rule" else "right")
+            table.add_column(col, justify="left" if col in ("rule", "status") else "right")
         for r in rows:
             table.add_row(f"{r.xi:.4g}", f"{r.xi_over_C:.3g}", f"{r.gamma:.4g}", f"{r.epsilon_spent:.4g}", r.claim, r.rule,
-                          str(r.seed), f"{r.participations_max:.0f}", f"{r.final_accuracy:.4f}", f"{r.bias_exact:.4f}", f"{r.bias_noisy:.4f}",
-                          f"{r.update_noise_std:.3g}", f"{r.count_noise_std:.3g}")
+                          str(r.seed), r.status, f"{r.participations_max:.0f}", f"{r.final_accuracy:.4f}", f"{r.bias_exact:.4f}",
+                          f"{r.bias_noisy:.4f}", f"{r.update_noise_std:.3g}", f"{r.count_noise_std:.3g}")
         console.print(table)
         for line in findings(rows, budget):
             say(line)
         say(f"wrote {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / ('sweep.' + (args.format or 'png'))}")
-    return EXIT_OK
+    failed = [r for r in rows if r.status != "completed"]
+    for r in failed:  # always said: the exit code is not 0 because of them
+        warn(f"{r.status}: {r.run_dir}: {r.message or 'no message'}")
+    if failed:
+        warn(f"{len(failed)} of {len(rows)} runs did not complete (sweep.csv has each status and message)")
+    return of_runs([r.status for r in rows])

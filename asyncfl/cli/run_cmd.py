@@ -21,7 +21,7 @@ from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.config.memory import check_memory
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
-from asyncfl.run import rundir, runner
+from asyncfl.run import outdir, rundir, runner
 
 
 def default_out(name: str) -> Path:
@@ -89,6 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     out = Path(args.out) if args.out else default_out(scenario.name)
     check_memory(scenario)  # refusals that need no simulation, before the progress bar appears
+    outdir.check_run_out(out)  # a run directory, never another command's folder or inside one
     rundir.check_out(out, overwrite=args.overwrite)
 
     def coroutine_of(**kw: Any) -> Any:

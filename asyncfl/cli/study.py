@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from asyncfl.cli.console import RunsDisplay, say
-from asyncfl.cli.exit_codes import EXIT_OK
+from asyncfl.cli.console import RunsDisplay, command_line, say, warn
+from asyncfl.cli.exit_codes import EXIT_OK, of_runs
 from asyncfl.studies.ma_study.design import load_spec
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.ma_study.run import run_study
@@ -36,11 +36,19 @@ def cmd_study(args: argparse.Namespace) -> int:
             display.start(n, backend.slots)
 
     try:
-        run_study(study, Path(args.out), progress=on_run, total_hook=on_total, backend=backend,
-                  fmt=args.format or "png")
+        result = run_study(study, Path(args.out), progress=on_run, total_hook=on_total, backend=backend,
+                           fmt=args.format or "png", overwrite=args.overwrite, command=command_line(args))
     finally:
         display.close()
         backend.close()
     if not args.quiet:
         say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'report.md'}")
-    return EXIT_OK
+    # a tuning run that diverged is how a learning-rate grid finds its edge (scored −∞, in
+    # tuning.csv); every other run that did not complete makes the exit code non-zero
+    statuses = {**{p: st for p, st in result["tuning_statuses"].items() if st != "diverged"}, **result["statuses"]}
+    failed = [(p, st) for p, st in statuses.items() if st != "completed"]
+    for point, status in failed:  # always said: the exit code is not 0 because of them
+        warn(f"{status}: {point.rel_dir()}: {result['messages'].get(point, 'no message')}")
+    if failed:
+        warn(f"{len(failed)} of {len(statuses)} runs did not complete (results.csv and tuning.csv have each status and message)")
+    return of_runs(list(statuses.values()))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from asyncfl.cli.console import RunsDisplay, console, say
-from asyncfl.cli.exit_codes import EXIT_OK
+from asyncfl.cli.console import RunsDisplay, command_line, console, say, warn
+from asyncfl.cli.exit_codes import of_runs
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.sweep.grid import Grid, parse_grid, parse_seeds
@@ -23,11 +23,14 @@ from asyncfl.studies.sweep.run import run_sweep
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     axes = tuple(parse_grid(g) for g in args.grid)
-    seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+    seeds = parse_seeds(args.seeds) if args.seeds else None
     if seeds is None:  # the scenario's own seed, after --set
         seeds = (scenario_mod.load(args.scenario, args.overrides).seed,)
     grid = Grid(Path(args.scenario), tuple(args.overrides), axes, seeds)
-    grid.scenarios()  # every point valid before a worker starts
+    notes: list[str] = []
+    grid.scenarios(notes)  # every point valid before a worker starts
+    for note in notes:
+        warn(note)
     display = RunsDisplay("sweep", quiet=args.quiet)
     backend = make_backend(args.workers, args.ray)
 
@@ -35,17 +38,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
 
     try:
-        result = run_sweep(grid, Path(args.out), backend, extend=args.extend, on_outcome=on_outcome, on_start=display.start)
+        result = run_sweep(grid, Path(args.out), backend, extend=args.extend, on_outcome=on_outcome, on_start=display.start,
+                           overwrite=args.overwrite, command=command_line(args))
     finally:
         display.close()
         backend.close()
+    failed = [o for o in result.outcomes if o.status != "completed"]
     if not args.quiet:
         console.print(summary_table(result.summary, [a.key for a in axes]))
-        failed = [o for o in result.outcomes if o.status != "completed"]
-        for o in failed[:10]:
-            say(f"{o.status}: {o.name}: {o.message}")
         say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'summary.csv'}")
-    return EXIT_OK
+    for o in failed:  # always said, even with --quiet: the exit code is not 0 because of them
+        warn(f"{o.status}: {o.name}: {o.message or 'no message'}")
+    if failed:
+        warn(f"{len(failed)} of {len(result.outcomes)} runs did not complete (results.csv has each status and message)")
+    return of_runs([o.status for o in result.outcomes])
 
 
 def summary_table(rows: list[dict], keys: list[str]) -> Table:
@@ -53,12 +59,14 @@ def summary_table(rows: list[dict], keys: list[str]) -> Table:
     table = Table(title="sweep: mean ± 95% CI over seeds")
     for k in keys:
         table.add_column(k)
-    for col in ("runs", "accuracy", "loss", "bias"):
+    for col in ("completed", "accuracy", "loss", "bias"):
         table.add_column(col, justify="right")
+    table.add_column("not completed")
     for row in rows:
         cells = [str(row[k]) for k in keys] + [f"{row['completed']}/{row['runs']}"]
         for m in ("accuracy", "loss", "bias"):
             mean, half = row[f"{m}_mean"], row[f"{m}_ci95"]
             cells.append("–" if mean != mean else f"{mean:.4g}" if half != half else f"{mean:.4g} ± {half:.2g}")
+        cells.append(row.get("not_completed", "") or "")
         table.add_row(*cells)
     return table

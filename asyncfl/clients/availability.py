@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+from typing import Any
+
 import numpy as np
 
 
@@ -126,3 +128,14 @@ def diurnal(clients: int, period: float, online_fraction: float, rng: np.random.
     if online_fraction >= 1.0:
         schedule.always[:] = True  # no round-off gap between consecutive periods
     return schedule
+
+
+# -- the availability components' builders (asyncfl.components.builtin) ---------------------------
+def always(cfg: None, clients: int, rng: np.random.Generator, seconds_per_unit: float) -> None:
+    """Every client always online: no schedule."""
+    return None
+
+
+def build_diurnal(cfg: Any, clients: int, rng: np.random.Generator, seconds_per_unit: float) -> Schedule:
+    """:func:`diurnal` with the config's ``period`` and ``online_fraction``."""
+    return diurnal(clients, cfg.period, cfg.online_fraction, rng)

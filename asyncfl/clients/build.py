@@ -1,60 +1,71 @@
-"""The fleet a scenario describes (docs/protocol.md §4–6): distributions, FedScale device
-profiles or a replayed trace, with the population's availability model."""
+"""The fleet a scenario describes (docs/protocol.md §4–6): its latency model — drawn per job,
+fixed per client from device profiles, or a replayed trace (:class:`~asyncfl.components.traits.LatencyTraits`) —
+and its availability model."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from asyncfl.clients import fedscale
-from asyncfl.clients.availability import Schedule, diurnal
+from asyncfl.clients.availability import Schedule
 from asyncfl.clients.fleet import Fleet
 from asyncfl.clients.latency import LatencySampler, sampler
-from asyncfl.clients.replay import ReplayFleet
 from asyncfl.config import scenario as sc
-from asyncfl.config.registries import LATENCIES
+from asyncfl.config.files import absolute_file
 
 
 def build_fleet(scenario: sc.Scenario, streams: dict[str, np.random.Generator], task: Any = None) -> Fleet:
-    """A :class:`ReplayFleet` for ``latency.dist = "trace"``; otherwise a :class:`Fleet` whose
-    latencies are FedScale device profiles (``"fedscale"``, which needs the task's sample counts
-    and model size) or ``speed × draw``, with the population's availability."""
-    if isinstance(scenario.latency, sc.TraceLatency):
-        return ReplayFleet(scenario, streams)
+    """The latency component's fleet: a replaying fleet (mode ``replay``: the builder is the fleet
+    class), a :class:`Fleet` with a fixed job latency per client (``profiles``: the builder maps
+    the scenario and the task to them), or one drawing ``speed × draw`` per job (``draw``); with the
+    population's availability."""
+    latency = scenario.component("latency")
+    mode = latency.traits.mode
+    if mode == "replay":
+        return latency.builder()(scenario, streams)
     availability = build_availability(scenario, streams)
-    if isinstance(scenario.latency, sc.FedScaleLatency):
+    if mode == "profiles":
         if task is None:
-            raise ValueError("latency.dist = 'fedscale' needs the task (sample counts and model size)")
-        return Fleet(scenario, streams, job_latency=fedscale.task_latencies(scenario, task), availability=availability)
+            raise ValueError(f"latency.dist = {scenario.latency.dist!r} needs the task (sample counts and model size)")
+        return Fleet(scenario, streams, job_latency=latency.builder()(scenario, task), availability=availability)
     return Fleet(scenario, streams, draw=latency_sampler(scenario), availability=availability)
 
 
 def latency_sampler(scenario: sc.Scenario) -> LatencySampler:
-    """The scenario's latency model (``latency.dist`` in
-    :data:`~asyncfl.config.registries.LATENCIES`) bound to its ``[latency]`` section."""
-    return sampler(LATENCIES.load(scenario.latency.dist), scenario.latency)
+    """The scenario's latency model bound to its ``[latency]`` section."""
+    return sampler(scenario.component("latency").builder(), scenario.latency)
 
 
 def build_availability(scenario: sc.Scenario, streams: dict[str, np.random.Generator]) -> Schedule | None:
-    """``None`` (always online), the diurnal schedule (phases from the ``availability``
-    stream), or a FedScale availability trace."""
+    """The availability component's schedule (None: always online), drawn from the
+    ``availability`` stream."""
     pop = scenario.population
-    if pop.availability == "always":
-        return None
-    if pop.availability == "diurnal":
-        return diurnal(pop.clients, pop.period, pop.online_fraction, streams["availability"])
-    assert pop.availability_file is not None
-    trace = fedscale.load_availability(pop.availability_file)
-    return trace.schedule(pop.clients, availability_seconds_per_unit(scenario))
+    return scenario.component("availability").builder()(
+        scenario.config_of("availability"), pop.clients, streams["availability"], availability_seconds_per_unit(scenario))
 
 
 def availability_seconds_per_unit(scenario: sc.Scenario) -> float:
     """Seconds of an availability trace per unit of virtual time: ``availability_time_unit_ms``,
-    else the FedScale latency's ``time_unit_ms``, else 1 s."""
-    pop = scenario.population
-    if pop.availability_time_unit_ms is not None:
-        return pop.availability_time_unit_ms / 1000.0
-    if isinstance(scenario.latency, sc.FedScaleLatency):
-        return scenario.latency.time_unit_ms / 1000.0
-    return 1.0
+    else the latency model's ``time_unit_ms`` (FedScale profiles), else 1 s."""
+    own = getattr(scenario.population, "availability_time_unit_ms", None)
+    if own is not None:
+        return own / 1000.0
+    unit = getattr(scenario.latency, "time_unit_ms", None)
+    return 1.0 if unit is None else unit / 1000.0
+
+
+def replay_scenario(scenario: sc.Scenario, file: str | Path, **overrides: object) -> sc.Scenario:
+    """``scenario`` with its latency replaced by a replay of ``file`` (speed models and
+    availability reset, as the trace holds them), plus dotted-key ``overrides``
+    (``{"server.rule": "sgd"}``; naming another component drops the old one's keys, as ``--set``
+    does)."""
+    raw = scenario.to_dict()
+    raw["latency"] = {"dist": "trace", "file": absolute_file(str(file))}
+    pop = raw["population"]
+    for key in ("speed_sigma", "slow_fraction", "slow_factor"):
+        pop.pop(key, None)
+    sc.apply_values(raw, [("population.availability", sc.KINDS["availability"].default)])
+    sc.apply_values(raw, list(overrides.items()))
+    return sc.validate(raw)

@@ -40,8 +40,7 @@ from typing import Any
 import numpy as np
 
 from asyncfl.clients.availability import Schedule
-from asyncfl.config.files import read_limited
-from asyncfl.config.scenario import resolve_path
+from asyncfl.config.files import read_limited, resolve_path
 from asyncfl.errors import TraceError
 
 MAX_BYTES = 512 * 2**20
@@ -217,9 +216,10 @@ def load_availability(path: str | Path) -> AvailabilityTrace:
 
 
 # ---------------------------------------------------------------------------------------------
-def samples_per_job(n: int, client: Any) -> int:
-    """Samples one local job of a client with ``n`` examples processes (see the module doc)."""
-    if getattr(client, "solver", "sgd") == "exact":
+def samples_per_job(n: int, client: Any, local_work: bool = True) -> int:
+    """Samples one local job of a client with ``n`` examples processes (see the module doc); a
+    solver without local steps (``local_work`` false: the exact prox) reads each sample once."""
+    if not local_work:
         return n
     if client.epochs is not None:
         return client.epochs * n
@@ -242,6 +242,13 @@ def task_latencies(scenario: Any, task: Any) -> np.ndarray:
     """Virtual-time latency of every client's job: :func:`job_latencies_ms` / ``time_unit_ms``."""
     cfg = scenario.latency
     devices = load_devices(cfg.file)
-    samples = np.array([samples_per_job(len(task.clients[k]), scenario.client) for k in range(scenario.population.clients)], dtype=np.float64)
+    local_work = scenario.component("solver").traits.local_work
+    samples = np.array([samples_per_job(len(task.clients[k]), scenario.client, local_work)
+                        for k in range(scenario.population.clients)], dtype=np.float64)
     itemsize = task.initial_theta.element_size()
     return job_latencies_ms(devices, samples, model_bits(task.dim, itemsize)) / cfg.time_unit_ms
+
+
+def build_availability(cfg: Any, clients: int, rng: Any, seconds_per_unit: float) -> Schedule:
+    """The availability component ``trace``: the pickle ``cfg.availability_file`` as a schedule."""
+    return load_availability(cfg.availability_file).schedule(clients, seconds_per_unit)

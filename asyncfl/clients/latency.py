@@ -1,15 +1,15 @@
 """Latency models: one draw of a job's base latency from the ``[latency]`` distribution
 (docs/protocol.md, "Latency").
 
-Each model is a pure function ``draw(cfg, rng) -> float`` of its config variant
+Each drawn model is a pure function ``draw(cfg, rng) -> float`` of its config
 (:mod:`asyncfl.config.latency`) and the ``latency`` random stream; the fleet multiplies the draw
-by the client's speed. They are registered by ``dist`` name, with their config classes, in
-:data:`asyncfl.config.registries.LATENCIES`; :func:`sampler` binds one to its config.
+by the client's speed. Each is a latency component of mode ``draw``
+(:mod:`asyncfl.components.builtin`); :func:`sampler` binds one to its config.
 
-``trace`` and ``fedscale`` are registered too but are not drawn per job: a recorded trace is
-replayed by :class:`asyncfl.clients.replay.ReplayFleet`, and FedScale device profiles give each
-client a fixed latency (:func:`asyncfl.clients.fedscale.task_latencies`, handed to the
-:class:`~asyncfl.clients.fleet.Fleet` as ``job_latency``).
+``trace`` and ``fedscale`` are latency components too, of other modes: a recorded trace is
+replayed by :class:`asyncfl.clients.replay.ReplayFleet` (mode ``replay``), and FedScale device
+profiles give each client a fixed latency (:func:`asyncfl.clients.fedscale.task_latencies`, mode
+``profiles``, handed to the :class:`~asyncfl.clients.fleet.Fleet` as ``job_latency``).
 """
 
 from __future__ import annotations
@@ -58,34 +58,7 @@ def pareto(c: ParetoLatency, rng: np.random.Generator) -> float:
     return c.scale * (1.0 + float(rng.pareto(c.shape)))
 
 
-class NotDrawn:
-    """A registered latency model whose latencies are not drawn per job (calling it raises)."""
-
-    def __init__(self, name: str, source: str) -> None:
-        self.name, self.source = name, source
-
-    @property
-    def message(self) -> str:
-        return f"latency.dist = {self.name!r} is not drawn per job: {self.source}"
-
-    def __call__(self, c: Any, rng: np.random.Generator | None = None) -> float:
-        raise NotImplementedError(self.message)
-
-    def __repr__(self) -> str:
-        return f"NotDrawn({self.name!r})"
-
-
-trace = NotDrawn("trace", "the recorded dispatches and latencies are replayed (asyncfl.clients.replay.ReplayFleet)")
-fedscale = NotDrawn(
-    "fedscale", "each client has a fixed latency from its device profile "
-    "(asyncfl.clients.fedscale.task_latencies, given to the Fleet as job_latency)",
-)
-
-
 def sampler(draw: Callable[[Any, np.random.Generator], float], c: Any) -> LatencySampler:
     """``draw`` bound to its config ``c``: ``rng -> draw(c, rng)`` (the same numpy calls, in the
-    same order, as ``draw`` itself). Raises :class:`NotImplementedError` for a model that is not
-    drawn per job."""
-    if isinstance(draw, NotDrawn):
-        raise NotImplementedError(draw.message)
+    same order, as ``draw`` itself)."""
     return functools.partial(draw, c)

@@ -40,14 +40,17 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from asyncfl.config import scenario as sc
-from asyncfl.config.files import open_limited
+from asyncfl.config.files import open_limited, resolve_path
+from asyncfl.config.latency import TraceLatency
 from asyncfl.errors import ParticipationCapReached, TraceError
 from asyncfl.clients.fleet import Fleet
+
+if TYPE_CHECKING:
+    from asyncfl.config.scenario import Scenario
 
 REQUIRED_COLUMNS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
 #: the largest trace read (about 10⁷ recorded dispatches)
@@ -94,7 +97,7 @@ class Trace:
 
 def trace_path(file: str | Path) -> Path:
     """``file`` itself, or ``file/updates.csv`` when ``file`` is a run directory."""
-    path = sc.resolve_path(str(file))
+    path = resolve_path(str(file))
     return path / "updates.csv" if path.is_dir() else path
 
 
@@ -176,15 +179,15 @@ class ReplayFleet(Fleet):
     dispatches they hand out; :meth:`schedule` (called by the dispatch right after) consumes them.
     """
 
-    def __init__(self, scenario: sc.Scenario, streams: dict[str, np.random.Generator], trace: Trace | None = None) -> None:
-        assert isinstance(scenario.latency, sc.TraceLatency)
+    def __init__(self, scenario: Scenario, streams: dict[str, np.random.Generator], trace: Trace | None = None) -> None:
+        assert isinstance(scenario.latency, TraceLatency)
         self.trace = trace if trace is not None else load_trace(scenario.latency.file)
         n, where = scenario.population.clients, f"trace {self.trace.path}"
         if self.trace.max_client >= n:
             raise TraceError(f"{where}: names client {self.trace.max_client}, but population.clients = {n}")
         # FedBuff steps consume exactly C uploads; a sync round at least one (fewer than C
         # when fewer clients were online)
-        per_step = scenario.server.buffer if scenario.server.protocol == "fedbuff" else 1
+        per_step = scenario.server.buffer if scenario.component("protocol").traits.stale else 1
         need = scenario.run.steps * per_step
         if self.trace.uploads < need:
             what = "run.steps × server.buffer" if per_step > 1 else "run.steps"
@@ -300,18 +303,3 @@ class ReplayFleet(Fleet):
             f"{self.trace.last_seq} dispatches and {self.trace.recorded_steps} steps); "
             f"use run.steps ≤ {self.trace.recorded_steps} with the recording's protocol, K and C, or a longer trace"
         )
-
-
-def replay_scenario(scenario: sc.Scenario, file: str | Path, **overrides: object) -> sc.Scenario:
-    """``scenario`` with its latency replaced by a replay of ``file`` (speed models and
-    availability reset, as the trace holds them), plus dotted-key ``overrides``
-    (``{"server.rule": "sgd"}``)."""
-    raw = scenario.to_dict()
-    raw["latency"] = {"dist": "trace", "file": sc.absolute_file(str(file))}
-    pop = raw["population"]
-    for key in ("speed_sigma", "slow_fraction", "slow_factor", "availability", "period", "online_fraction",
-                "availability_file", "availability_time_unit_ms"):
-        pop.pop(key, None)
-    for key, value in overrides.items():
-        sc.assign(raw, key, value)
-    return sc.validate(raw)

@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from asyncfl.compute.lifetime import die_with_parent
-from asyncfl.compute.training import LocalJob, local_train, train_batched
+from asyncfl.compute.solvers import LocalSolver
+from asyncfl.compute.training import LocalJob
 from asyncfl.errors import ScenarioError
 from asyncfl.tasks.base import Task
 
@@ -55,15 +56,15 @@ class Executor(Protocol):
 class InlineExecutor:
     """Trains when the result is first needed (at flush), in the event loop's thread."""
 
-    def __init__(self, task: Task, client: ClientConfig) -> None:
-        self.task, self.client = task, client
+    def __init__(self, task: Task, client: ClientConfig, solver: LocalSolver) -> None:
+        self.task, self.client, self.solver = task, client, solver
 
     def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
         loop = asyncio.get_running_loop()
         return loop.create_task(self._run(job))
 
     async def _run(self, job: LocalJob) -> torch.Tensor:
-        return local_train(self.task, self.client, job)
+        return self.solver.train(self.task, self.client, job)
 
     async def aclose(self) -> None:
         return None
@@ -160,8 +161,8 @@ class BatchedExecutor:
     :func:`~asyncfl.compute.training.train_batched` call, so clients of one model version share
     batched gradient steps. Jobs are plain futures resolved by one scheduled callback."""
 
-    def __init__(self, task: Task, client: ClientConfig) -> None:
-        self.task, self.client = task, client
+    def __init__(self, task: Task, client: ClientConfig, solver: LocalSolver) -> None:
+        self.task, self.client, self.solver = task, client, solver
         self._batcher = _Batcher(self._train)
         self.batches = self._batcher.batches
 
@@ -170,7 +171,7 @@ class BatchedExecutor:
 
     def _train(self, live: Pending) -> None:
         try:
-            results = train_batched(self.task, self.client, [job for job, _ in live])
+            results = self.solver.train_batched(self.task, self.client, [job for job, _ in live])
         except Exception as exc:  # surfaces where the futures are awaited
             for _, future in live:
                 future.set_exception(exc)
@@ -190,8 +191,8 @@ class ThreadExecutor:
     evaluation in the event loop) sharing one module would compute with each other's weights.
     """
 
-    def __init__(self, task: Task, client: ClientConfig, workers: int) -> None:
-        self.task, self.client = task, client
+    def __init__(self, task: Task, client: ClientConfig, solver: LocalSolver, workers: int) -> None:
+        self.task, self.client, self.solver = task, client, solver
         self.pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="asyncfl-train")
         self._local = threading.local()
 
@@ -202,7 +203,7 @@ class ThreadExecutor:
         return task
 
     def _train(self, job: LocalJob) -> torch.Tensor:
-        return local_train(self._thread_task(), self.client, job)
+        return self.solver.train(self._thread_task(), self.client, job)
 
     def submit(self, job: LocalJob) -> "asyncio.Future[torch.Tensor]":
         loop = asyncio.get_running_loop()
@@ -282,10 +283,10 @@ WORKER_CACHE = 8  # model versions a process worker keeps (FIFO, mirrored by the
 GROUPS_PER_WORKER = 1
 
 
-def _train_group(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batched: bool) -> np.ndarray:
-    """The trained models of ``jobs`` as one ``(n, d)`` array: one :func:`train_batched` call,
-    or :func:`local_train` job by job."""
-    models = train_batched(task, cfg, jobs) if batched else [local_train(task, cfg, job) for job in jobs]
+def _train_group(task: Task, cfg: ClientConfig, solver: LocalSolver, jobs: list[LocalJob], batched: bool) -> np.ndarray:
+    """The trained models of ``jobs`` as one ``(n, d)`` array: one ``solver.train_batched`` call,
+    or ``solver.train`` job by job."""
+    models = solver.train_batched(task, cfg, jobs) if batched else [solver.train(task, cfg, job) for job in jobs]
     return torch.stack([m.reshape(-1) for m in models]).numpy()
 
 
@@ -312,8 +313,8 @@ class _WorkerVersions:
         return self._by_key[key]
 
 
-def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | bytes, cfg: ClientConfig, threads: int,
-                    jobs: "mp.Queue", results: "mp.Queue") -> None:
+def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | bytes, cfg: ClientConfig, solver: LocalSolver,
+                    threads: int, jobs: "mp.Queue", results: "mp.Queue") -> None:
     """A training process: build the task once, then serve groups of jobs until ``None``. It
     dies with the process that started it (:func:`~asyncfl.compute.lifetime.die_with_parent`)."""
     die_with_parent(parent, by_main_thread)
@@ -327,7 +328,7 @@ def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | byte
         try:
             group = [LocalJob(client_k, versions.get(start), versions.get(centre), mu, seed)
                      for client_k, seed, mu, start, centre in specs]
-            results.put((group_id, _train_group(task, cfg, group, batched), None))
+            results.put((group_id, _train_group(task, cfg, solver, group, batched), None))
         except Exception as exc:  # reported on the jobs' futures, the worker keeps serving
             results.put((group_id, None, f"{type(exc).__name__}: {exc}"))
 
@@ -341,17 +342,19 @@ class ProcessExecutor(_GroupExecutor):
     Unbatched, every job goes at once to the worker with the fewest outstanding jobs. With
     ``run.batched`` the jobs of one flush (one model version, :class:`_Batcher`) are split into
     one contiguous group per worker and each worker trains its group in one
-    :func:`~asyncfl.compute.training.train_batched` call: the model is sent once per version and
+    ``solver.train_batched`` call: the model is sent once per version and
     worker, and the workers train while the engine goes on simulating."""
 
-    def __init__(self, task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None = None) -> None:
+    def __init__(self, task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig,
+                 recipe: TaskRecipe | None = None) -> None:
         ctx = mp.get_context("spawn")
         source = _task_source(task, recipe)
         self._results: mp.Queue = ctx.Queue()
         self._queues = [ctx.Queue() for _ in range(run.workers)]
         by_main_thread = threading.current_thread() is threading.main_thread()
         self._procs = [
-            ctx.Process(target=_process_worker, args=(os.getpid(), by_main_thread, source, client, run.torch_threads, q, self._results),
+            ctx.Process(target=_process_worker, args=(os.getpid(), by_main_thread, source, client, solver, run.torch_threads, q,
+                                                          self._results),
                         name=f"asyncfl-train-{i}", daemon=True)
             for i, q in enumerate(self._queues)
         ]
@@ -448,7 +451,7 @@ def _resolve(future: asyncio.Future, array: np.ndarray | None, error: str | None
 _RAY_TASKS: dict[str, Task] = {}  # per Ray worker process: tasks built so far, by source key
 
 
-def _ray_train(source_key: str, source_box: list, client: ClientConfig, threads: int, batched: bool,
+def _ray_train(source_key: str, source_box: list, client: ClientConfig, solver: LocalSolver, threads: int, batched: bool,
                specs: list[tuple[int, int, float, int, int]], *versions: np.ndarray) -> np.ndarray:
     """A Ray remote task: builds the task once per worker process (cached) and trains a group
     of jobs (one job unbatched; one flush's share with ``run.batched``) into an ``(n, d)`` array.
@@ -463,7 +466,7 @@ def _ray_train(source_key: str, source_box: list, client: ClientConfig, threads:
         task = _RAY_TASKS[source_key] = _build_source(ray.get(source_box[0]))
     tensors = [torch.from_numpy(v) for v in versions]
     jobs = [LocalJob(k, tensors[start], tensors[centre], mu, seed) for k, seed, mu, start, centre in specs]
-    return _train_group(task, client, jobs, batched)
+    return _train_group(task, client, solver, jobs, batched)
 
 
 class RayExecutor(_GroupExecutor):
@@ -475,7 +478,8 @@ class RayExecutor(_GroupExecutor):
     Unbatched, one task per job; with ``run.batched``, the jobs of one flush are split into one
     group per CPU of the cluster and each group is one task (``train_batched``)."""
 
-    def __init__(self, task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None = None) -> None:
+    def __init__(self, task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig,
+                 recipe: TaskRecipe | None = None) -> None:
         import uuid
 
         if not run.ray_address:  # a local instance listens on loopback only (read when ray is imported)
@@ -490,7 +494,7 @@ class RayExecutor(_GroupExecutor):
         source = _task_source(task, recipe)
         self._source = [ray.put(source)]  # boxed in a list: workers fetch it only on a cache miss
         self._source_key = uuid.uuid4().hex
-        self._client = client
+        self._client, self._solver = client, solver
         self._threads = run.torch_threads
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_train)
         self._keys = _VersionKeys(size=16)
@@ -518,7 +522,7 @@ class RayExecutor(_GroupExecutor):
         # the versions as top-level arguments, not references nested in the specs: Ray resolves
         # them before the call (no ray.get inside the task) and tracks one borrowed reference
         # per version instead of two per job
-        ref = self._remote.remote(self._source_key, self._source, self._client, self._threads, batched, specs,
+        ref = self._remote.remote(self._source_key, self._source, self._client, self._solver, self._threads, batched, specs,
                                   *(r for _, r in versions.values()))
         futures = [future for _, future in group]
         asyncio.wrap_future(ref.future()).add_done_callback(lambda f: _copy_rows(f, futures))
@@ -547,24 +551,24 @@ def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The executors a scenario can name: each ``build(task, client, run, recipe) -> Executor`` is
-# registered under its ``run.executor`` name in asyncfl.config.registries.EXECUTORS.
-def build_inline(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+# The executors a scenario can name: each ``build(task, client, solver, run, recipe) -> Executor``
+# is an executor component (asyncfl.components.builtin).
+def build_inline(task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
     """``inline``: :class:`InlineExecutor`, or :class:`BatchedExecutor` with ``run.batched``."""
-    return BatchedExecutor(task, client) if run.batched else InlineExecutor(task, client)
+    return BatchedExecutor(task, client, solver) if run.batched else InlineExecutor(task, client, solver)
 
 
-def build_threads(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+def build_threads(task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
     """``threads``: :class:`ThreadExecutor` with ``run.workers`` threads."""
-    return ThreadExecutor(task, client, run.workers)
+    return ThreadExecutor(task, client, solver, run.workers)
 
 
-def build_processes(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+def build_processes(task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
     """``processes``: :class:`ProcessExecutor` with ``run.workers`` processes."""
-    return ProcessExecutor(task, client, run, recipe)
+    return ProcessExecutor(task, client, solver, run, recipe)
 
 
-def build_ray(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+def build_ray(task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
     """``ray``: :class:`RayExecutor`; a :class:`ScenarioError` when Ray is not installed."""
     try:
         import ray  # noqa: F401  (an optional dependency)
@@ -573,4 +577,4 @@ def build_ray(task: Task, client: ClientConfig, run: RunConfig, recipe: TaskReci
             f"run.executor = {run.executor!r}: Ray is not installed; install it with "
             "`pip install asyncfl[ray]` (or choose inline, threads or processes)"
         ]) from None
-    return RayExecutor(task, client, run, recipe)
+    return RayExecutor(task, client, solver, run, recipe)

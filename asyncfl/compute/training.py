@@ -5,8 +5,12 @@ A job minimises ``f_k(θ) + (μ/2)‖θ − centre‖²`` starting from ``start`
 * ``sgd``: gradient steps ``θ ← θ − lr ∇[f_k(θ; B) + (μ/2)‖θ − centre‖²]`` on mini-batches
   ``B`` (``batch_size``; absent = full batch), for ``local_steps`` steps or ``epochs`` passes
   over a fresh permutation each pass;
+* ``adam``: Adam steps on the same mini-batches (:func:`adam_train`);
 * ``exact`` (quadratic tasks): the closed-form ``prox_{f_k,μ}(centre)`` (``μ = 0``: the client's
   own least-squares solution).
+
+Each solver is a component (:mod:`asyncfl.compute.solvers`); the executors run the one
+``client.solver`` names (:func:`asyncfl.compute.compose.local_train` runs one job with it).
 
 All randomness comes from the job's own ``seed``, so a job's result does not depend on the
 executor that runs it (docs/architecture.md §2 principle 2).
@@ -69,15 +73,16 @@ def local_steps_count(n: int, cfg: ClientConfig) -> int:
     return cfg.local_steps or 1
 
 
-def local_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
-    """Run one job and return the client's final local model ``θ_k^local``."""
-    if cfg.solver == "exact":
-        if task.quadratic is None:
-            raise ValueError("client.solver = 'exact' needs a quadratic task")
-        return task.quadratic.prox(job.client, job.centre, job.mu).to(task.dtype)
+def sgd_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
+    """Gradient steps on ``f_k + (μ/2)‖θ − centre‖²`` over :func:`batch_schedule`'s mini-batches,
+    as ``torch.optim.SGD`` with the config's ``momentum`` (heavy ball, dampening 0, optional
+    ``nesterov``) and ``weight_decay`` (``g ← ∇ + wd·θ``); with neither, ``θ ← θ − lr ∇``
+    (docs/tasks.md §8)."""
     data = task.clients[job.client]
     generator = torch.Generator().manual_seed(job.seed)
     k, mu, centre = job.client, job.mu, job.centre
+    momentum, nesterov = getattr(cfg, "momentum", 0.0), getattr(cfg, "nesterov", False)
+    decay = getattr(cfg, "weight_decay", 0.0)
 
     def objective(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         value = task.batch_objective(theta, k, x, y)
@@ -88,32 +93,66 @@ def local_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
     # Plain reverse-mode autograd on a leaf: the same numbers as torch.func.grad (checked bit
     # for bit), at ~60% of its per-step cost on small models (no functorch transform set-up).
     theta = job.start.detach().clone()
+    buf: torch.Tensor | None = None
     with torch.enable_grad():
         for idx in batch_schedule(len(data), cfg, generator):
             x, y = (data.x, data.y) if idx is None else (data.x[idx], data.y[idx])
             leaf = theta.requires_grad_()
             (grad,) = torch.autograd.grad(objective(leaf, x, y), leaf)
+            if decay:
+                grad = grad + decay * leaf.detach()
+            if momentum:
+                buf = grad.clone() if buf is None else buf * momentum + grad
+                grad = grad + momentum * buf if nesterov else buf
             theta = (leaf - cfg.lr * grad).detach()
+    return theta
+
+
+def adam_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
+    """Adam steps on ``f_k + (μ/2)‖θ − centre‖²`` over :func:`batch_schedule`'s mini-batches, as
+    ``torch.optim.Adam``: ``m ← β₁m + (1−β₁)g``, ``v ← β₂v + (1−β₂)g²``,
+    ``θ ← θ − (lr/(1−β₁ᵗ)) m / (√v/√(1−β₂ᵗ) + ε)``, ``g = ∇ + wd·θ`` (docs/tasks.md §8)."""
+    data = task.clients[job.client]
+    generator = torch.Generator().manual_seed(job.seed)
+    k, mu, centre = job.client, job.mu, job.centre
+    b1, b2, eps, decay = cfg.adam_beta1, cfg.adam_beta2, cfg.eps, cfg.weight_decay
+    theta = job.start.detach().clone()
+    m, v = torch.zeros_like(theta), torch.zeros_like(theta)
+    with torch.enable_grad():
+        for t, idx in enumerate(batch_schedule(len(data), cfg, generator), start=1):
+            x, y = (data.x, data.y) if idx is None else (data.x[idx], data.y[idx])
+            leaf = theta.requires_grad_()
+            value = task.batch_objective(leaf, k, x, y)
+            if mu > 0:
+                value = value + 0.5 * mu * (leaf - centre).square().sum()
+            (grad,) = torch.autograd.grad(value, leaf)
+            theta = leaf.detach()
+            if decay:
+                grad = grad + decay * theta
+            m = b1 * m + (1 - b1) * grad
+            v = b2 * v + (1 - b2) * grad * grad
+            denom = v.sqrt() / math.sqrt(1 - b2**t) + eps
+            theta = theta - (cfg.lr / (1 - b1**t)) * m / denom
     return theta
 
 
 # ---------------------------------------------------------------------------------------------
 # Batched local training (run.batched): many jobs at once, with torch.func.vmap or, for MLP
 # classifiers, a fused forward/backward pass written as batched matrix products.
-def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[torch.Tensor]:
-    """``[local_train(task, cfg, job) for job in jobs]``, computed group by group (``vmap``, or
+def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[torch.Tensor]:
+    """``[sgd_train(task, cfg, job) for job in jobs]`` for plain SGD, computed group by group (``vmap``, or
     :func:`_train_group_mlp` for MLP classifiers).
 
     Jobs are grouped by (start tensor, centre tensor, μ, number of steps): within a group every
     client starts from the same model and takes the same number of steps, so the group is one
     stacked ``(G, d)`` parameter tensor updated by a batched gradient per step. Each client's
     mini-batches are exactly ``batch_schedule`` with its own generator (the same random stream
-    as :func:`local_train`); batches of unequal size (different ``n_k``, the last batch of an
+    as :func:`sgd_train`); batches of unequal size (different ``n_k``, the last batch of an
     epoch, full batches) are padded with a real sample and masked out of the mean. The result
     equals per-client training to float round-off (the masked mean sums in another order).
     """
-    if cfg.solver == "exact" or not jobs:
-        return [local_train(task, cfg, job) for job in jobs]
+    if not jobs:
+        return []
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         # id() is safe here: the jobs hold their tensors alive for the whole call
@@ -123,7 +162,7 @@ def train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> list[t
     layers = mlp_layers(task)
     for members in groups.values():
         if len(members) == 1:  # nothing to batch: the plain loop is cheaper than the set-up
-            out[members[0]] = local_train(task, cfg, jobs[members[0]])
+            out[members[0]] = sgd_train(task, cfg, jobs[members[0]])
             continue
         group = [jobs[i] for i in members]
         batches = _group_batches(task, cfg, group)

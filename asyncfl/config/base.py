@@ -5,7 +5,7 @@ Torch-free (the scenario, ``asyncfl validate`` and ``--help`` must not import to
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,9 +13,13 @@ MAX_INT = 10**12  # "huge numbers" are refused long before they exhaust memory o
 
 
 class Section(BaseModel):
-    """Base of every scenario section: unknown keys, NaN/Inf and wrong types are errors."""
+    """Base of every scenario section: unknown keys, NaN/Inf and wrong types are errors.
+
+    ``file_keys``: the keys that name input files; a relative path written in a scenario file is
+    relative to that file, and the resolved scenario names it absolutely (docs/scenario.md §2)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    file_keys: ClassVar[tuple[str, ...]] = ()
 
 
 PosInt = Annotated[int, Field(ge=1, le=MAX_INT)]

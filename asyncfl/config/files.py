@@ -18,9 +18,13 @@ quote its content. Torch-free.
 from __future__ import annotations
 
 import os
+import re
+import reprlib
 import stat
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
+
+from asyncfl.errors import ScenarioError
 
 #: the largest scenario file or study spec read (a scenario is a few kB)
 MAX_SCENARIO_BYTES = 1 << 20
@@ -87,3 +91,58 @@ def read_text_limited(path: str | Path, limit: int, fail: Fail) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise fail(f"{path}: not UTF-8 text") from None
+
+
+# -- files named in a scenario ------------------------------------------------------------------
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlevel = 3
+
+
+def _fmt(value: Any) -> str:
+    """``repr(value)`` for a message, at most 60 characters; long strings and deep or long
+    containers are elided without being formatted whole."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+PACKAGE_PREFIX = "asyncfl:"
+
+
+PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
+_PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def package_name_problem(text: str) -> str | None:
+    """Why ``asyncfl:NAME`` does not name a file shipped in ``asyncfl/data/`` (None when it does,
+    or when ``text`` is an ordinary path). NAME is one file name — letters, digits, ``.``, ``_``,
+    ``-``, not starting with a dot — so it cannot leave the folder (``asyncfl:../x`` is refused)."""
+    if not text.startswith(PACKAGE_PREFIX):
+        return None
+    name = text[len(PACKAGE_PREFIX):]
+    if not _PACKAGE_NAME.fullmatch(name) or ".." in name:
+        return (f"{PACKAGE_PREFIX}NAME must name a file shipped in asyncfl/data/ (one file name: letters, digits, '.', '_', '-'); "
+                f"shipped: {', '.join(sorted(p.name for p in PACKAGE_DATA.iterdir() if p.is_file())) or 'none'}")
+    return None
+
+
+def resolve_path(text: str) -> Path:
+    """A file named in a scenario: ``asyncfl:NAME`` is the package's ``asyncfl/data/NAME``
+    (the shipped samples; a NAME that would leave that folder is a :class:`ScenarioError`);
+    anything else is a path (relative paths: see :func:`load`)."""
+    if text.startswith(PACKAGE_PREFIX):
+        problem = package_name_problem(text)
+        if problem:
+            raise ScenarioError([f"{text!r}: {problem}"])
+        return PACKAGE_DATA / text[len(PACKAGE_PREFIX):]
+    return Path(text).expanduser()
+
+
+def absolute_file(text: str, base: Path | None = None) -> str:
+    """``text`` as it is saved in a resolved scenario: ``asyncfl:NAME`` as is, a path made
+    absolute (relative to ``base``, default the working directory) and normalised, so the run
+    directory's ``scenario.toml`` names the same file wherever it is read from."""
+    if text.startswith(PACKAGE_PREFIX) or not text:
+        return text
+    path = Path(text).expanduser()
+    return os.path.normpath(path if path.is_absolute() else (base or Path.cwd()).absolute() / path)

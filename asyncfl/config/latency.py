@@ -8,7 +8,7 @@ Torch-free.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -59,6 +59,7 @@ class TraceLatency(Section):
 
     dist: Literal["trace"] = "trace"
     file: str
+    file_keys: ClassVar[tuple[str, ...]] = ("file",)
 
 
 class FedScaleLatency(Section):
@@ -66,6 +67,7 @@ class FedScaleLatency(Section):
 
     dist: Literal["fedscale"] = "fedscale"
     file: str
+    file_keys: ClassVar[tuple[str, ...]] = ("file",)
     time_unit_ms: PosFloat = 1000.0  # one unit of virtual time, in milliseconds
 
 

@@ -21,7 +21,7 @@ The estimate (bytes) is the sum of these parts, each from the resolved scenario 
   (counted as two ``L × L`` blocks);
 * **records** — per server step ``L + 1`` float64 (staleness counts, time; ``L`` = max_staleness + 1,
   or the staleness a K/C fleet typically reaches when unbounded) and ~200 bytes of bookkeeping,
-  ``L`` more with privacy, and the rule's recorded coefficients (MA-full: ``T²/2``, MA-light: ``2T``);
+  ``L`` more with privacy;
 * **fleet** — ``FLEET_BYTES_PER_CLIENT`` per client (speeds, busy flags, availability phases);
 * **the interpreter and torch** — :data:`BASE_BYTES`.
 
@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from asyncfl.components.traits import MemoryPart, MemoryShape
 from asyncfl.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -48,20 +49,13 @@ BASE_BYTES = 400 << 20
 FIXED_MODEL_COPIES = 10
 FLEET_BYTES_PER_CLIENT = 64
 STEP_RECORD_OVERHEAD = 200
-#: per-client model-sized vectors of the splitting baselines: their memory (asyncfl.server.splitting)
-#: and the server's table of latest uploads
-BASELINE_ROWS = {"fedsplit": 3, "feddr": 3, "fedpd": 4}
 #: a process worker's own interpreter and torch
 WORKER_BASE_BYTES = 300 << 20
 
 
-@dataclass(frozen=True)
-class Part:
-    """One part of the estimate: what it is, its bytes, and the keys that drive it."""
-
-    what: str
-    bytes: int
-    keys: tuple[str, ...]
+Part = MemoryPart
+"""One part of the estimate: what it is, its bytes, and the keys that drive it (the type a
+component's ``memory`` trait returns, too)."""
 
 
 @dataclass(frozen=True)
@@ -82,56 +76,47 @@ def fmt_bytes(n: float) -> str:
 
 
 def typical_staleness_columns(scenario: Scenario) -> int:
-    """``L``: ``max_staleness + 1`` when bounded, 1 for sync runs, else ``4K/C + 1`` (a FedBuff
-    fleet's staleness is about ``K/C`` on average), at most ``T``."""
+    """``L``: ``max_staleness + 1`` when bounded, 1 when the protocol's uploads are never stale
+    (sync), else ``4K/C + 1`` (a FedBuff fleet's staleness is about ``K/C`` on average), at most ``T``."""
     server, steps = scenario.server, scenario.run.steps
-    if server.protocol == "sync":
+    protocol = scenario.component("protocol").traits
+    if not protocol.stale:
         return 1
     if server.max_staleness is not None:
         return server.max_staleness + 1
-    return min(steps, 4 * math.ceil((server.concurrency or 1) / (server.buffer or 1)) + 1)
+    in_flight = getattr(server, protocol.in_flight_key) or 1
+    return min(steps, 4 * math.ceil(in_flight / (server.buffer or 1)) + 1)
 
 
 def estimate(scenario: Scenario) -> MemoryEstimate:
-    """The memory ``scenario`` needs, part by part (the module docstring gives every formula)."""
+    """The memory ``scenario`` needs, part by part (the module docstring gives every formula; each
+    named component adds its own parts through its ``memory`` trait)."""
     task, run, server, n = scenario.task, scenario.run, scenario.server, scenario.population.clients
+    parts_of = scenario.components()
     keys = task.size_keys()
     parts = [Part("the task's data", task.build_bytes(n), keys)]
     if run.train_loss:
         parts.append(Part("the pooled training data for run.train_loss", task.data_bytes(n), (*keys, "run.train_loss")))
-    if run.executor == "processes":
+    if parts_of["executor"].traits.task_per_worker:
         parts.append(Part(f"{run.workers} worker processes, each building the task",
                           run.workers * (task.build_bytes(n) + WORKER_BASE_BYTES), ("run.workers", *keys)))
     vector = task.model_params() * task.itemsize
-    in_flight = server.concurrency if server.protocol == "fedbuff" else server.cohort
-    copies = FIXED_MODEL_COPIES + 2 * (in_flight or 1) + (server.buffer or 1)
-    if run.executor == "threads":
+    in_flight_key = parts_of["protocol"].traits.in_flight_key
+    in_flight = getattr(server, in_flight_key) or 1
+    copies = FIXED_MODEL_COPIES + 2 * in_flight + (server.buffer or 1)
+    if parts_of["executor"].traits.model_per_worker:
         copies += run.workers
     parts.append(Part("model vectors (θ, rule state, clients in flight, the buffer)", copies * vector,
-                      ("server.concurrency" if server.protocol == "fedbuff" else "server.cohort", "server.buffer", "task")))
-    rows = BASELINE_ROWS.get(server.algorithm, 0)
-    if rows:
-        parts.append(Part(f"{server.algorithm}'s {rows} model vectors per client", rows * n * vector,
-                          ("population.clients", "server.algorithm", "task")))
-    steps = run.steps
-    if server.rule == "ma-full":
-        # the history's capacity doubles (up to 2T rows, or the window L) and the factors (or, with a
-        # window, the kept rows of W) are as large squared
-        cap = 2 * steps if server.ma_window is None else min(2 * steps, server.ma_window)
-        ma = cap * vector + 2 * cap * cap * 8
-        parts.append(Part("MA-full's history of aggregates and its factors", ma, ("run.steps", "server.ma_window", "task")))
+                      (f"server.{in_flight_key}", "server.buffer", "task")))
+    shape = MemoryShape(task.model_params(), task.itemsize, n, run.steps, in_flight)
+    for kind, component in parts_of.items():
+        own = component.traits.memory(scenario.config_of(kind), shape)
+        parts.extend(own)
     columns = typical_staleness_columns(scenario)
     per_step = (columns + 1) * 8 + STEP_RECORD_OVERHEAD
     if scenario.privacy.enabled:
         per_step += columns * 8
-    record_keys: tuple[str, ...] = ("run.steps", "server.max_staleness")
-    coefficients = 0
-    if server.rule == "ma-full":
-        coefficients = steps * steps * 4  # row t holds t float64
-        record_keys = ("run.steps",)
-    elif server.rule == "ma-light":
-        coefficients = steps * 16
-    parts.append(Part("per-step records", steps * per_step + coefficients, record_keys))
+    parts.append(Part("per-step records", run.steps * per_step, ("run.steps", "server.max_staleness")))
     parts.append(Part("the fleet", n * FLEET_BYTES_PER_CLIENT, ("population.clients",)))
     parts.append(Part("the interpreter and torch", BASE_BYTES, ()))
     return MemoryEstimate(tuple(parts))

@@ -15,6 +15,7 @@ they are checked exactly like keys in the file.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -26,20 +27,23 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Mapping
 
 import tomli_w
+import pydantic
 from pydantic import Field, ValidationError
 
 from asyncfl.config.base import MAX_INT, NonNegFloat, NonNegInt, PosFloat, PosInt, Probability, Section
-from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
+from asyncfl.config.files import (
+    MAX_SCENARIO_BYTES, PACKAGE_DATA, PACKAGE_PREFIX, _fmt, absolute_file, package_name_problem, read_text_limited,
+    resolve_path,
+)
 from asyncfl.config.latency import (
     ConstantLatency, ExponentialLatency, FedScaleLatency, HalfNormalLatency, LatencyConfig,
     LogNormalLatency, ParetoLatency, TraceLatency, UniformLatency,
 )
-from asyncfl.config.registries import (
-    ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, RULES, SAMPLINGS, TASKS,
-)
+from asyncfl.components.core import KINDS, Component, Kind
+from asyncfl.components.registry import REGISTRY, UnknownComponent
+from asyncfl.config.registries import LATENCIES, TASKS
 from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
 from asyncfl.errors import ScenarioError
-from asyncfl.registry import Registry
 
 __all__ = [
     # sections and their value types (re-exported: code imports them from here)
@@ -50,7 +54,7 @@ __all__ = [
     "QuadraticTask", "SyntheticTask", "DigitsTask", "GaussianMLPTask", "MNIST1DTask", "TaskConfig",
     "LATENCIES", "TASKS", "SECTIONS", "TAGGED", "Scenario",
     # reading and validating
-    "validate", "load", "apply_changes", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "FILE_KEYS",
+    "validate", "load", "apply_changes", "apply_values", "composed", "SELECTORS", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "file_keys",
     "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "package_name_problem",
 ]
 
@@ -60,31 +64,26 @@ __all__ = [
 class PopulationConfig(Section):
     """``clients`` (N); per-client speed multiplier ~ LogNormal(0, ``speed_sigma``), times
     ``slow_factor`` for ``round(slow_fraction × N)`` uniformly chosen clients (a bimodal fleet);
-    availability of clients over virtual time (``always`` | ``diurnal`` | ``trace``)."""
+    ``availability`` names the availability model (a component: ``always``, ``diurnal``,
+    ``trace``, or a plug-in's), whose own keys join this section (docs/protocol.md §6)."""
 
     clients: Annotated[int, Field(ge=1, le=10**8)] = 100
     speed_sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
     slow_fraction: Probability = 0.0
     slow_factor: Annotated[float, Field(ge=1, le=1e6)] = 1.0
-    availability: Literal["always", "diurnal", "trace"] = "always"
-    # diurnal: each client is online for a fraction `online_fraction` of every `period`,
-    # starting at a client-specific phase drawn uniformly in [0, period): online at time x iff
-    # (x − phase) mod period < online_fraction × period.
-    period: PosFloat = 24.0
-    online_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
-    availability_file: str | None = None  # FedScale-format availability trace (availability = "trace")
-    # milliseconds of the availability trace per unit of virtual time; default: the FedScale
-    # latency's time_unit_ms, else 1000 (one unit = one second)
-    availability_time_unit_ms: PosFloat | None = None
+    availability: str = "always"
 
 
 # ---------------------------------------------------------------------------------------------
 # [client]
 class ClientConfig(Section):
-    """Local solver. Local work is ``local_steps`` gradient steps or ``epochs`` passes (one of
-    them); ``batch_size`` absent = full batch; ``mu`` adds (μ/2)‖θ − centre‖² (FedProx etc.)."""
+    """Local training. ``solver`` names the local solver (a component: ``sgd``, ``adam``,
+    ``exact``, or a plug-in's), whose own keys join this section. Local work is ``local_steps``
+    gradient steps or ``epochs`` passes (one of them); ``batch_size`` absent = full batch; ``mu``
+    adds (μ/2)‖θ − centre‖² (FedProx etc.)."""
 
-    solver: Literal["sgd", "exact"] = "sgd"
+    solver: str = "sgd"
+    update_hook: str = "none"  # what a client does to its upload (a component: docs/extending.md §7)
     lr: PosFloat = 0.05
     batch_size: Annotated[int, Field(ge=1, le=10**7)] | None = None
     # bounded by what a job can finish (and, with run.steps, by MAX_LOCAL_STEPS in a run)
@@ -96,38 +95,22 @@ class ClientConfig(Section):
 # ---------------------------------------------------------------------------------------------
 # [server]
 class ServerConfig(Section):
-    """Protocol, buffer and server rule (docs/protocol.md §7, docs/server-rules.md, §6).
+    """The keys of every server (docs/protocol.md §7, docs/server-rules.md, docs/baselines.md).
 
-    ``concurrency`` K and ``buffer`` C for FedBuff (C = 1 is FedAsync); ``cohort`` clients per
-    round for ``sync`` (``buffer`` ≤ cohort accepts the first C arrivals of an over-selected
-    cohort; default: the whole cohort). ``max_staleness`` absent = unbounded. ``protocol``,
-    ``rule`` and ``algorithm`` are names in the PROTOCOLS, RULES (docs/server-rules.md) and
-    ALGORITHMS (docs/baselines.md) registries.
+    ``protocol``, ``rule`` and ``algorithm`` name components; each one's own keys join this
+    section (FedBuff's ``concurrency``, sync's ``cohort``, the momentum rules' ``beta``, …:
+    :mod:`asyncfl.config.server`). ``buffer`` C (C = 1 is FedAsync; for sync, C ≤ cohort accepts
+    the first C arrivals); ``max_staleness`` absent = unbounded; ``lr`` is the server's η.
     """
 
-    protocol: Literal[PROTOCOLS.names] = "fedbuff"
-    # counts of clients: at most population.clients (checked), whose bound is 10^8
-    concurrency: Annotated[int, Field(ge=1, le=10**8)] | None = None
+    protocol: str = "fedbuff"
+    rule: str = "sgd"
+    algorithm: str = "fedavg"
+    lr: PosFloat = 1.0
     buffer: Annotated[int, Field(ge=1, le=10**8)] | None = None
-    cohort: Annotated[int, Field(ge=1, le=10**8)] | None = None
     staleness_exponent: Annotated[float, Field(ge=0, le=100)] = 0.0
     # the per-step staleness records have max_staleness + 1 columns (counted in the memory estimate)
     max_staleness: Annotated[int, Field(ge=0, le=10**9)] | None = None
-    rule: Literal[RULES.names] = "sgd"
-    lr: PosFloat = 1.0
-    beta: Annotated[float, Field(ge=0, lt=1)] = 0.9
-    adam_beta2: Annotated[float, Field(ge=0, lt=1)] = 0.999
-    adam_eps: PosFloat = 1e-8
-    # momentum approximation (docs/server-rules.md)
-    ma_target: Literal["momentum", "nesterov"] = "momentum"
-    ma_ridge: NonNegFloat = 1e-3
-    ma_window: Annotated[int, Field(ge=1, le=10**9)] | None = None
-    # synchronous algorithms (docs/baselines.md)
-    algorithm: Literal[ALGORITHMS.names] = "fedavg"
-    alpha: Annotated[float, Field(gt=0, lt=2)] = 1.0
-    regularizer: Literal["none", "l1", "l2"] = "none"
-    reg: NonNegFloat = 0.0
-    skip_probability: Annotated[float, Field(ge=0, lt=1)] = 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,7 +123,7 @@ class RunConfig(Section):
     # also evaluate the training objective over every client's data (one forward pass over the
     # whole population's samples per evaluation); off: metrics.csv leaves train_loss empty
     train_loss: bool = True
-    executor: Literal[EXECUTORS.names] = "inline"
+    executor: str = "inline"  # a component (docs/architecture.md §4)
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
     batched: bool = False  # train clients of one model version together (torch.func.vmap)
     ray_address: str | None = None
@@ -180,11 +163,11 @@ class PrivacyConfig(Section):
     noise_multiplier: PosFloat | None = None
     xi: PosFloat | None = None
     gamma: PosFloat | None = None
-    sampling: Literal[SAMPLINGS.names] = "poisson"
+    sampling: str = "poisson"
     max_participations: PosInt | None = None  # k; required with sampling = "participation-cap"
     noise_cohort: PosInt | None = None  # M ≥ server.buffer; None: M = C
-    accountant: Literal[ACCOUNTANTS.names] = "pld"
-    counts: Literal[COUNT_MODES.names] = "project"
+    accountant: str = "pld"
+    counts: str = "project"
 
 
 SECTIONS: dict[str, type[Section]] = {
@@ -194,17 +177,25 @@ SECTIONS: dict[str, type[Section]] = {
     "run": RunConfig,
     "privacy": PrivacyConfig,
 }
-TAGGED: dict[str, tuple[Registry, str]] = {
-    # section: (registry of its variants — its field is "section.tag" —, default tag)
-    "latency": (LATENCIES, "exponential"),
-    "task": (TASKS, "synthetic"),
+"""The base of every section whose keys components join (the tagged sections are in TAGGED)."""
+
+TAGGED: dict[str, Kind] = {kind.section: kind for kind in KINDS.values() if kind.whole_section}
+"""Sections that one component owns whole, selected by a tag key (``[task] name``, ``[latency] dist``)."""
+
+SELECTORS: dict[str, tuple[Kind, ...]] = {
+    section: tuple(k for k in KINDS.values() if k.section == section and not k.whole_section) for section in SECTIONS
 }
+"""Per base section, the kinds of component it names (``[server]``: protocol, algorithm, rule)."""
+
 TOP_LEVEL = ("name", "seed")
+ORDER = ("population", "latency", "task", "client", "server", "run", "privacy")
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """A validated scenario. Derived values (``buffer``, ``concurrency``) are resolved."""
+    """A validated scenario. Derived values (``buffer``, ``concurrency``) are resolved. Each
+    section holds its base keys and the keys of the components it names; :meth:`component` and
+    :meth:`config_of` give a component and its own config (docs/extending.md §2)."""
 
     name: str
     seed: int
@@ -216,9 +207,23 @@ class Scenario:
     run: RunConfig
     privacy: PrivacyConfig
 
+    def component(self, kind: str) -> Component:
+        """The component of ``kind`` this scenario names (``sc.component("rule")``)."""
+        info = KINDS[kind]
+        return REGISTRY.get(kind, getattr(getattr(self, info.section), info.key))
+
+    def config_of(self, kind: str) -> Any:
+        """The own config of the component of ``kind`` (None when it has no keys)."""
+        info = KINDS[kind]
+        return self.component(kind).own_config(getattr(self, info.section))
+
+    def components(self) -> dict[str, Component]:
+        """Every component this scenario names, by kind."""
+        return {kind: self.component(kind) for kind in KINDS}
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "seed": self.seed}
-        for section in ("population", "latency", "task", "client", "server", "run", "privacy"):
+        for section in ORDER:
             out[section] = getattr(self, section).model_dump(exclude_none=True)
         return out
 
@@ -226,10 +231,10 @@ class Scenario:
         return tomli_w.dumps(self.to_dict())
 
     def replace(self, **overrides: Any) -> "Scenario":
-        """A copy with dotted-key overrides (``{"server.rule": "momentum"}``), re-validated."""
+        """A copy with dotted-key overrides (``{"server.rule": "momentum"}``), re-validated.
+        Naming another component drops the old one's keys, as ``--set`` does."""
         raw = self.to_dict()
-        for key, value in overrides.items():
-            assign(raw, key, value)
+        apply_values(raw, list(overrides.items()))
         return validate(raw)
 
 
@@ -240,30 +245,20 @@ def _suggest(key: str, allowed: list[str]) -> str:
     return f"{hint} Allowed: {', '.join(sorted(allowed))}"
 
 
-_SHORT = reprlib.Repr()
-_SHORT.maxstring = _SHORT.maxother = 60
-_SHORT.maxlevel = 3
-
-
-def _fmt(value: Any) -> str:
-    """``repr(value)`` for a message, at most 60 characters; long strings and deep or long
-    containers are elided without being formatted whole."""
-    text = _SHORT.repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def describe_errors(
-    exc: ValidationError, where: Callable[[tuple], str], allowed_keys: Callable[[tuple], list[str]]
+    exc: ValidationError, where: Callable[[tuple], str], allowed_keys: Callable[[tuple], list[str]],
+    owners: Callable[[tuple], str] = lambda loc: "",
 ) -> list[str]:
     """One ``field = value: what is allowed`` line per pydantic error. ``where(loc)`` names the
     field; ``allowed_keys(loc)`` lists the keys of the table holding an unknown key (for the
-    "did you mean" suggestion). Shared by scenario files and study specs."""
+    "did you mean" suggestion); ``owners(loc)`` says which other components take an unknown key.
+    Shared by scenario files and study specs."""
     out = []
     for err in exc.errors():
         loc = tuple(err["loc"])
         name = where(loc)
         if err["type"] == "extra_forbidden":
-            out.append(f"{name}: unknown key{_suggest(str(loc[-1]), allowed_keys(loc))}")
+            out.append(f"{name}: unknown key{_suggest(str(loc[-1]), allowed_keys(loc))}{owners(loc)}")
         elif err["type"] == "missing":
             out.append(f"{name}: required key is missing")
         else:
@@ -272,23 +267,17 @@ def describe_errors(
     return out
 
 
-def _errors_of(exc: ValidationError, prefix: str) -> list[str]:
-    return describe_errors(
-        exc,
-        lambda loc: ".".join(str(p) for p in (prefix, *loc) if p != ""),
-        lambda loc: list(exc.title and _fields_of(exc.title) or []),
-    )
-
-
-_ALL_MODELS: dict[str, type[Section]] = {
-    cls.__name__: cls
-    for cls in [*SECTIONS.values(), *(e.config for reg, _ in TAGGED.values() for e in reg.entries())]
-}
-
-
-def _fields_of(model_name: str) -> list[str]:
-    cls = _ALL_MODELS.get(model_name)
-    return list(cls.model_fields) if cls else []
+def _owners(section: str, key: str) -> str:
+    """`` (a key of server.rule = 'adam', 'ma-full')``: the components of the section's kinds that
+    own ``key``, for an unknown key (it belongs to a component the scenario does not name)."""
+    kinds = SELECTORS.get(section, ())
+    found = [(kind, c.name) for kind in kinds for c in REGISTRY.components(kind.name) if key in c.keys]
+    if not found:
+        return ""
+    by_field: dict[str, list[str]] = {}
+    for kind, name in found:
+        by_field.setdefault(kind.field, []).append(repr(name))
+    return " (" + "; ".join(f"a key of {field} = {', '.join(names)}" for field, names in by_field.items()) + ")"
 
 
 def _validate_section(cls: type[Section], raw: Any, prefix: str, errors: list[str]) -> Section | None:
@@ -298,21 +287,92 @@ def _validate_section(cls: type[Section], raw: Any, prefix: str, errors: list[st
     try:
         return cls.model_validate(dict(raw))
     except ValidationError as exc:
-        errors.extend(_errors_of(exc, prefix))
+        errors.extend(describe_errors(
+            exc, lambda loc: ".".join(str(p) for p in (prefix, *loc) if p != ""),
+            lambda loc: list(cls.model_fields), lambda loc: _owners(prefix, str(loc[-1])),
+        ))
         return None
 
 
-def _validate_tagged(section: str, raw: Any, errors: list[str]) -> Section | None:
-    registry, default = TAGGED[section]
-    tag_key = registry.field.partition(".")[2]
+_COMPOSED: dict[tuple, type[Section]] = {}
+
+
+def composed(section: str, parts: tuple[Component, ...]) -> type[Section]:
+    """The model of a base section with the keys of the components it names: the base class and
+    each component's config class, merged (a key two of them declare is a ScenarioError)."""
+    base = SECTIONS[section]
+    seen: dict[str, str] = {f: f"[{section}]" for f in base.model_fields}
+    for c in parts:
+        for f in c.keys:
+            if f in seen:
+                raise ScenarioError([f"{section}.{f}: declared by both {seen[f]} and {c.kind_info.field} = {c.name!r}; "
+                                     "components named in one section must not share a key"])
+            seen[f] = f"{c.kind_info.field} = {c.name!r}"
+    return _compose(section, tuple(dict.fromkeys(c.config for c in parts if c.config is not None)))
+
+
+def _compose(section: str, configs: tuple[type[Section], ...]) -> type[Section]:
+    """The base section ``section`` merged with ``configs`` (made once per combination). The
+    class is made at run time, so it pickles by its parts (:func:`_rebuild_section`)."""
+    base = SECTIONS[section]
+    if not configs:
+        return base
+    cls = _COMPOSED.get((section, configs))
+    if cls is None:
+        name = f"{base.__name__}[{', '.join(c.__name__ for c in configs)}]"
+        cls = pydantic.create_model(name, __base__=(*reversed(configs), base))
+        cls.file_keys = tuple(dict.fromkeys(k for c in (base, *configs) for k in c.file_keys))
+        cls.__asyncfl_parts__ = (section, configs)  # type: ignore[attr-defined]
+        cls.__reduce__ = _reduce_section  # type: ignore[method-assign]
+        _COMPOSED[(section, configs)] = cls
+    return cls
+
+
+def _reduce_section(self: Section) -> tuple[Any, tuple[Any, ...]]:
+    return _rebuild_section, (*type(self).__asyncfl_parts__, self.model_dump())  # type: ignore[attr-defined]
+
+
+def _rebuild_section(section: str, configs: tuple[type[Section], ...], values: dict[str, Any]) -> Section:
+    return _compose(section, configs).model_validate(values)
+
+
+def _selected(kind: Kind, raw: Mapping[str, Any], errors: list[str]) -> Component | None:
+    """The component a raw section names for ``kind`` (its tag key, else the default)."""
+    tag = raw.get(kind.key, kind.default)
+    try:
+        found = REGISTRY.find(kind.name, tag)
+    except UnknownComponent as exc:
+        errors.append(str(exc))
+        return None
+    if found is None:
+        errors.append(REGISTRY.unknown(kind.name, tag))
+    return found
+
+
+def _validate_base(section: str, raw: Any, errors: list[str]) -> Section | None:
     if not isinstance(raw, Mapping):
         errors.append(f"{section} = {_fmt(raw)}: must be a table ([{section}])")
         return None
-    tag = raw.get(tag_key, default)
-    if tag not in registry:
-        errors.append(registry.unknown(tag))
+    parts = [_selected(kind, raw, errors) for kind in SELECTORS[section]]
+    if any(p is None for p in parts):
         return None
-    return _validate_section(registry.config(tag), {**raw, tag_key: tag}, section, errors)
+    try:
+        cls = composed(section, tuple(p for p in parts if p is not None))
+    except ScenarioError as exc:
+        errors.extend(exc.problems)
+        return None
+    return _validate_section(cls, raw, section, errors)
+
+
+def _validate_tagged(section: str, raw: Any, errors: list[str]) -> Section | None:
+    kind = TAGGED[section]
+    if not isinstance(raw, Mapping):
+        errors.append(f"{section} = {_fmt(raw)}: must be a table ([{section}])")
+        return None
+    found = _selected(kind, raw, errors)
+    if found is None:
+        return None
+    return _validate_section(found.config, {**raw, kind.key: raw.get(kind.key, kind.default)}, section, errors)
 
 
 def validate(raw: Mapping[str, Any]) -> Scenario:
@@ -330,8 +390,8 @@ def validate(raw: Mapping[str, Any]) -> Scenario:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         errors.append(f"seed = {_fmt(seed)}: must be an integer in [0, 2^63)")
     parts: dict[str, Any] = {}
-    for section, cls in SECTIONS.items():
-        parts[section] = _validate_section(cls, raw.get(section, {}), section, errors)
+    for section in SECTIONS:
+        parts[section] = _validate_base(section, raw.get(section, {}), errors)
     for section in TAGGED:
         parts[section] = _validate_tagged(section, raw.get(section, {}), errors)
     if errors:
@@ -372,7 +432,7 @@ def _work_problems(sc: Scenario, per_step: int) -> list[str]:
     if uploads > MAX_UPLOADS:
         return [f"run.steps = {steps} with {per_step} uploads per step: {uploads:.3g} uploads, more than the "
                 f"{MAX_UPLOADS:.0e} a run can finish; lower run.steps or server.buffer"]
-    if client.solver == "exact":
+    if not sc.component("solver").traits.local_work:
         return []
     if client.local_steps is not None:
         per_job, what = client.local_steps, f"client.local_steps = {client.local_steps}"
@@ -387,225 +447,136 @@ def _work_problems(sc: Scenario, per_step: int) -> list[str]:
     return []
 
 
-def _cross_check(sc: Scenario) -> Scenario:
-    """Relations between keys of different sections; resolves derived defaults."""
+def _resolved(sc: Scenario) -> Scenario:
+    """``sc`` with the protocol's derived defaults (``buffer``, ``concurrency``/``cohort``) filled
+    in and trace paths made absolute."""
+    resolve = sc.component("protocol").traits.resolve
+    server = sc.server.model_copy(update=resolve(sc)) if resolve is not None else sc.server
+    sc = dataclasses.replace(sc, server=server)
+    absolute = {}
+    for section in ORDER:
+        table = getattr(sc, section)
+        update = {k: absolute_file(getattr(table, k)) for k in type(table).file_keys if isinstance(getattr(table, k), str)}
+        if update:
+            absolute[section] = table.model_copy(update=update)
+    return dataclasses.replace(sc, **absolute)
+
+
+def _trait_problems(sc: Scenario, parts: dict[str, Component]) -> list[str]:
+    """What the components' traits require of each other (docs/scenario.md §3)."""
     errors: list[str] = []
-    n, server, client = sc.population.clients, sc.server, sc.client
-    server_updates: dict[str, Any] = {}
-
-    if (client.local_steps is None) == (client.epochs is None):
-        if client.solver == "sgd":
-            errors.append(
-                f"client.local_steps = {_fmt(client.local_steps)}, client.epochs = {_fmt(client.epochs)}: "
-                "give exactly one of them (the amount of local work)"
-            )
-    if client.solver == "exact" and sc.task.name != "quadratic":
-        errors.append(f"client.solver = 'exact': only the quadratic task has a closed-form solve (task.name = {sc.task.name!r})")
-    if isinstance(sc.task, QuadraticTask) and sc.task.problem == "seed-1d" and n != 2:
-        errors.append(f"population.clients = {n}: the seed-1d problem has exactly 2 clients")
-
-    if server.protocol == "fedbuff":
-        k = server.concurrency if server.concurrency is not None else min(n, 10)
-        c = server.buffer if server.buffer is not None else min(k, 10)
-        if k > n:
-            errors.append(f"server.concurrency = {k}: must be at most population.clients = {n}")
-        if server.cohort is not None:
-            errors.append(f"server.cohort = {server.cohort}: only the sync protocol has a cohort (use concurrency and buffer)")
-        if server.algorithm not in ("fedavg", "fedprox"):
-            errors.append(f"server.algorithm = {server.algorithm!r}: only the sync protocol runs {server.algorithm}; FedBuff uses 'fedavg' (or 'fedprox') with a server rule")
-        server_updates.update(concurrency=k, buffer=c)
-    else:
-        cohort = server.cohort if server.cohort is not None else min(n, 10)
-        c = server.buffer if server.buffer is not None else cohort
-        if cohort > n:
-            errors.append(f"server.cohort = {cohort}: must be at most population.clients = {n}")
-        if c > cohort:
-            errors.append(f"server.buffer = {c}: must be at most server.cohort = {cohort} (the first C arrivals of a cohort are accepted)")
-        if server.concurrency is not None:
-            errors.append(f"server.concurrency = {server.concurrency}: only FedBuff has a concurrency (use cohort)")
-        server_updates.update(cohort=cohort, buffer=c)
-    if server.regularizer != "none" and server.algorithm != "feddr":
-        errors.append(f"server.regularizer = {server.regularizer!r}: only FedDR has a server regulariser (server.algorithm = 'feddr')")
-    if server.algorithm in ("fedprox", "fedsplit", "feddr", "fedpd") and client.mu <= 0:
+    client, server, task = sc.client, sc.server, sc.task
+    solver, algorithm, protocol = parts["solver"].traits, parts["algorithm"].traits, parts["protocol"]
+    if solver.local_work and (client.local_steps is None) == (client.epochs is None):
+        errors.append(
+            f"client.local_steps = {_fmt(client.local_steps)}, client.epochs = {_fmt(client.epochs)}: "
+            "give exactly one of them (the amount of local work)"
+        )
+    if solver.needs_closed_form and not parts["task"].traits.closed_form_prox:
+        closed = [c.name for c in REGISTRY.components("task") if c.traits.closed_form_prox]
+        errors.append(f"client.solver = {client.solver!r}: needs a task with a closed-form prox ({', '.join(closed)}); "
+                      f"task.name = {task.name!r} has none")
+    if algorithm.protocols is not None and protocol.name not in algorithm.protocols:
+        runs = [a.name for a in REGISTRY.components("algorithm")
+                if a.traits.protocols is None or protocol.name in a.traits.protocols]
+        errors.append(f"server.algorithm = {server.algorithm!r}: runs on server.protocol = "
+                      f"{' or '.join(repr(p) for p in algorithm.protocols)} only; server.protocol = {protocol.name!r} "
+                      f"runs {', '.join(repr(a) for a in runs)}")
+    if algorithm.mu == "positive" and client.mu <= 0:
         errors.append(f"client.mu = {client.mu}: {server.algorithm} needs a positive proximal coefficient μ (= 1/s)")
-    if server.algorithm == "fedavg" and client.mu > 0:
+    if algorithm.mu == "zero" and client.mu > 0:
         # FedAvg has no proximal term: a positive μ would silently run FedProx (docs/baselines.md §1)
+        prox = [a.name for a in REGISTRY.components("algorithm") if a.traits.mu == "positive" and a.traits.uses_rule]
         errors.append(
-            f"client.mu = {client.mu}: server.algorithm = 'fedavg' has no proximal term (FedBuff runs the fedavg "
-            "algorithm too); use server.algorithm = 'fedprox' for the proximal term (μ/2)‖θ − θ_s‖², or client.mu = 0"
+            f"client.mu = {client.mu}: server.algorithm = {server.algorithm!r} has no proximal term; use "
+            f"server.algorithm = {' or '.join(repr(a) for a in prox) or 'one with a proximal term'} for the proximal "
+            "term (μ/2)‖θ − θ_s‖², or client.mu = 0"
         )
-    if not errors:
-        per_step = server_updates["buffer"] if server.protocol == "fedbuff" else server_updates["cohort"]
-        errors.extend(_work_problems(sc, per_step))
-
-    errors.extend(_check_traces(sc))
-
-    p = sc.privacy
-    if p.enabled:
-        if (p.epsilon is None) == (p.noise_multiplier is None):
-            errors.append("privacy.epsilon, privacy.noise_multiplier: give exactly one (a target ε to calibrate σ, or σ itself)")
-        if p.xi is not None and p.gamma is not None:
-            errors.append(f"privacy.xi = {p.xi}, privacy.gamma = {p.gamma}: give exactly one of them")
-        if p.xi is None and p.gamma is None:
-            errors.append("privacy.xi, privacy.gamma: give exactly one (the count-noise level ξ, or the payload scale γ)")
-        if p.epsilon is not None and p.epsilon > 1e4:
-            errors.append(f"privacy.epsilon = {p.epsilon}: must be at most 1e4")
-        if p.noise_multiplier is not None and p.xi is not None and p.xi <= p.noise_multiplier:
-            errors.append(f"privacy.xi = {p.xi}: must exceed the noise multiplier σ = {p.noise_multiplier}")
-        if server.max_staleness is None and server.protocol == "fedbuff":
-            errors.append("server.max_staleness: must be set when privacy is enabled (the one-hot staleness payload has length max_staleness + 1)")
-        errors.extend(_check_participation(sc, c))
-
-    if errors:
-        raise ScenarioError(errors)
-    population, latency = sc.population, sc.latency
-    if isinstance(latency, TraceLatency | FedScaleLatency):
-        latency = latency.model_copy(update={"file": absolute_file(latency.file)})
-    if population.availability_file is not None:
-        population = population.model_copy(update={"availability_file": absolute_file(population.availability_file)})
-    return Scenario(
-        name=sc.name, seed=sc.seed, population=population, latency=latency, task=sc.task,
-        client=client, server=server.model_copy(update=server_updates), run=sc.run, privacy=sc.privacy,
-    )
-
-
-#: algorithms whose server step reads a table of every client's latest upload, outside the
-#: aggregator: the private aggregator never sees their uploads (docs/privacy.md §6)
-TABLE_ALGORITHMS = ("fedsplit", "feddr", "fedpd")
-
-
-def _check_participation(sc: Scenario, buffer: int) -> list[str]:
-    """The ``[privacy]`` keys that relate to the population, the buffer and the run's length
-    (docs/privacy.md §5–7): the sampling assumption must apply to the algorithm, a cap must be able
-    to supply the run, a noise cohort must be at least the buffer (and, under Poisson, its rate
-    ``M/N`` at most 1)."""
-    errors: list[str] = []
-    p, n, steps = sc.privacy, sc.population.clients, sc.run.steps
-    if sc.server.algorithm in TABLE_ALGORITHMS:
+    batched = sc.run.batched
+    if batched and not parts["executor"].traits.batched:
+        ok = [e.name for e in REGISTRY.components("executor") if e.traits.batched]
+        errors.append(f"run.batched = true, run.executor = {sc.run.executor!r}: batched training runs with the executors "
+                      f"{', '.join(ok)} (set one of them, or run.batched = false)")
+    if batched and not solver.batched:
+        errors.append(f"run.batched = true, client.solver = {client.solver!r}: this solver trains one job at a time "
+                      "(set run.batched = false)")
+    speeds_from = parts["latency"].traits.speeds_from
+    pop = sc.population
+    if speeds_from is not None:
+        for key in ("speed_sigma", "slow_fraction"):
+            value = getattr(pop, key)
+            if value > 0:
+                errors.append(f"population.{key} = {value}: must be 0 with latency.dist = {sc.latency.dist!r} "
+                              f"(speeds come from {speeds_from})")
+    if sc.privacy.enabled and not algorithm.private:
+        private = [a.name for a in REGISTRY.components("algorithm") if a.traits.private]
         errors.append(
-            f"privacy.enabled = true: server.algorithm = {sc.server.algorithm!r} takes its server step from a table of every "
+            f"privacy.enabled = true: server.algorithm = {server.algorithm!r} takes its server step from a table of every "
             "client's latest upload, outside the private aggregator, so neither sampling assumption applies (each upload "
-            "would enter every later step, un-noised); private runs use 'fedavg' or 'fedprox'"
+            f"would enter every later step, un-noised); private runs use {' or '.join(repr(a) for a in private)}"
         )
-    if p.sampling == "participation-cap":
-        k = p.max_participations
-        if k is None:
-            errors.append("privacy.max_participations: required with privacy.sampling = 'participation-cap' "
-                          "(k ≥ 1: no client contributes to more than k server steps)")
-        elif k * n < steps * buffer:
-            need = -(-steps * buffer // n)
-            errors.append(
-                f"privacy.max_participations = {k}: the cap cannot supply the run: run.steps × server.buffer = "
-                f"{steps} × {buffer} = {steps * buffer} uploads are needed, but population.clients × max_participations = "
-                f"{n} × {k} = {n * k}; raise privacy.max_participations to at least {need}, or population.clients, or lower run.steps"
-            )
-        if sc.run.max_update_norm is not None:
-            errors.append(
-                f"run.max_update_norm = {sc.run.max_update_norm}: must be unset with privacy.sampling = 'participation-cap' "
-                "(a rejection by norm depends on the client's data and changes who contributes to a step, which the "
-                "guarantee does not cover; clipping at privacy.clip already bounds every contribution)"
-            )
-    elif p.max_participations is not None:
-        errors.append(f"privacy.max_participations = {p.max_participations}: only used with privacy.sampling = "
-                      f"'participation-cap' (it is {p.sampling!r})")
-    if p.noise_cohort is not None:
-        if p.noise_cohort < buffer:
-            errors.append(f"privacy.noise_cohort = {p.noise_cohort}: must be at least server.buffer = {buffer} "
-                          "(the simulated deployment's buffer sums M ≥ C uploads)")
-        elif p.sampling == "poisson" and p.noise_cohort > n:
-            errors.append(f"privacy.noise_cohort = {p.noise_cohort}: must be at most population.clients = {n} under "
-                          "privacy.sampling = 'poisson' (its sampling rate is q = M/N ≤ 1)")
     return errors
 
 
-def _check_traces(sc: Scenario) -> list[str]:
-    """Trace files exist; traces and speed/availability models that would contradict them."""
+def _privacy_problems(sc: Scenario) -> list[str]:
+    """The ``[privacy]`` keys among themselves and against the buffer (docs/privacy.md)."""
+    p, buffer = sc.privacy, sc.server.buffer
     errors: list[str] = []
-    pop, lat = sc.population, sc.latency
-    if isinstance(lat, TraceLatency | FedScaleLatency):
-        where = "the recorded trace" if isinstance(lat, TraceLatency) else "the FedScale device profiles"
-        if pop.speed_sigma > 0:
-            errors.append(f"population.speed_sigma = {pop.speed_sigma}: must be 0 with latency.dist = {lat.dist!r} (speeds come from {where})")
-        if pop.slow_fraction > 0:
-            errors.append(f"population.slow_fraction = {pop.slow_fraction}: must be 0 with latency.dist = {lat.dist!r} (speeds come from {where})")
-        problem = package_name_problem(lat.file)
-        path = None if problem else resolve_path(lat.file)
-        if problem:
-            errors.append(f"latency.file = {_fmt(lat.file)}: {problem}")
-        elif not (path.is_file() or (isinstance(lat, TraceLatency) and (path / "updates.csv").is_file())):
-            what = "an updates.csv or a run directory holding one" if isinstance(lat, TraceLatency) else "a FedScale device pickle"
-            errors.append(f"latency.file = {lat.file!r}: {_file_problem(path)} (must be {what})")
-    if isinstance(lat, TraceLatency) and pop.availability != "always":
-        errors.append(f"population.availability = {pop.availability!r}: must be 'always' with latency.dist = 'trace' (the recording already holds its availability: waits and offline drops are replayed)")
-    if pop.availability == "trace":
-        if pop.availability_file is None:
-            errors.append("population.availability_file: required with population.availability = 'trace' (a FedScale availability pickle)")
-        elif package_name_problem(pop.availability_file):
-            errors.append(f"population.availability_file = {_fmt(pop.availability_file)}: {package_name_problem(pop.availability_file)}")
-        elif not resolve_path(pop.availability_file).is_file():
-            errors.append(f"population.availability_file = {pop.availability_file!r}: "
-                          f"{_file_problem(resolve_path(pop.availability_file))} (must be a FedScale availability pickle)")
-    elif pop.availability_file is not None:
-        errors.append(f"population.availability_file = {pop.availability_file!r}: only used with population.availability = 'trace' (it is {pop.availability!r})")
+    if not p.enabled:
+        return errors
+    if (p.epsilon is None) == (p.noise_multiplier is None):
+        errors.append("privacy.epsilon, privacy.noise_multiplier: give exactly one (a target ε to calibrate σ, or σ itself)")
+    if p.xi is not None and p.gamma is not None:
+        errors.append(f"privacy.xi = {p.xi}, privacy.gamma = {p.gamma}: give exactly one of them")
+    if p.xi is None and p.gamma is None:
+        errors.append("privacy.xi, privacy.gamma: give exactly one (the count-noise level ξ, or the payload scale γ)")
+    if p.epsilon is not None and p.epsilon > 1e4:
+        errors.append(f"privacy.epsilon = {p.epsilon}: must be at most 1e4")
+    if p.noise_multiplier is not None and p.xi is not None and p.xi <= p.noise_multiplier:
+        errors.append(f"privacy.xi = {p.xi}: must exceed the noise multiplier σ = {p.noise_multiplier}")
+    if p.noise_cohort is not None and p.noise_cohort < buffer:
+        errors.append(f"privacy.noise_cohort = {p.noise_cohort}: must be at least server.buffer = {buffer} "
+                      "(the simulated deployment's buffer sums M ≥ C uploads)")
     return errors
 
 
-PACKAGE_PREFIX = "asyncfl:"
+def _cross_check(sc: Scenario) -> Scenario:
+    """Relations between keys of different sections: each named component's own check, and what
+    their traits require of each other; resolves derived defaults."""
+    sc = _resolved(sc)
+    parts = sc.components()
+    errors = _trait_problems(sc, parts)
+    for component in parts.values():
+        if component.traits.check is not None:
+            errors.extend(component.traits.check(sc))
+    if not errors:
+        in_flight_key = parts["protocol"].traits.in_flight_key
+        per_step = sc.server.buffer if parts["protocol"].traits.stale else getattr(sc.server, in_flight_key)
+        errors.extend(_work_problems(sc, per_step))
+    errors.extend(_privacy_problems(sc))
+    if errors:
+        raise ScenarioError(list(dict.fromkeys(errors)))
+    return sc
 
 
-def _file_problem(path: Path) -> str:
-    """Why ``path`` (which is not a regular file) cannot be read as an input file."""
-    if not path.exists():
-        return "no such file"
-    return "is a directory" if path.is_dir() else "not a regular file (a device or a pipe cannot be read as input)"
-
-
-PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
-_PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def package_name_problem(text: str) -> str | None:
-    """Why ``asyncfl:NAME`` does not name a file shipped in ``asyncfl/data/`` (None when it does,
-    or when ``text`` is an ordinary path). NAME is one file name — letters, digits, ``.``, ``_``,
-    ``-``, not starting with a dot — so it cannot leave the folder (``asyncfl:../x`` is refused)."""
-    if not text.startswith(PACKAGE_PREFIX):
-        return None
-    name = text[len(PACKAGE_PREFIX):]
-    if not _PACKAGE_NAME.fullmatch(name) or ".." in name:
-        return (f"{PACKAGE_PREFIX}NAME must name a file shipped in asyncfl/data/ (one file name: letters, digits, '.', '_', '-'); "
-                f"shipped: {', '.join(sorted(p.name for p in PACKAGE_DATA.iterdir() if p.is_file())) or 'none'}")
-    return None
-
-
-def resolve_path(text: str) -> Path:
-    """A file named in a scenario: ``asyncfl:NAME`` is the package's ``asyncfl/data/NAME``
-    (the shipped samples; a NAME that would leave that folder is a :class:`ScenarioError`);
-    anything else is a path (relative paths: see :func:`load`)."""
-    if text.startswith(PACKAGE_PREFIX):
-        problem = package_name_problem(text)
-        if problem:
-            raise ScenarioError([f"{text!r}: {problem}"])
-        return PACKAGE_DATA / text[len(PACKAGE_PREFIX):]
-    return Path(text).expanduser()
-
-
-def absolute_file(text: str, base: Path | None = None) -> str:
-    """``text`` as it is saved in a resolved scenario: ``asyncfl:NAME`` as is, a path made
-    absolute (relative to ``base``, default the working directory) and normalised, so the run
-    directory's ``scenario.toml`` names the same file wherever it is read from."""
-    if text.startswith(PACKAGE_PREFIX) or not text:
-        return text
-    path = Path(text).expanduser()
-    return os.path.normpath(path if path.is_absolute() else (base or Path.cwd()).absolute() / path)
-
-
-FILE_KEYS = (("latency", "file"), ("population", "availability_file"))
+def file_keys(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(section, key)`` of every key of a raw scenario that names an input file: the
+    ``file_keys`` of the sections' bases and of the components the table names."""
+    out = [(section, key) for section, cls in SECTIONS.items() for key in cls.file_keys]
+    for kind in KINDS.values():
+        try:
+            found = REGISTRY.find(kind.name, _tag_of(kind, raw))
+        except UnknownComponent:
+            found = None
+        if found is not None and found.config is not None:
+            out.extend((kind.section, key) for key in found.config.file_keys)
+    return out
 
 
 def _anchor_paths(raw: dict[str, Any], base: Path) -> None:
     """Relative file paths written in a scenario file are relative to that file's directory
     (made absolute here, so the resolved scenario names the same files from anywhere)."""
-    for section, key in FILE_KEYS:
+    for section, key in file_keys(raw):
         table = raw.get(section)
         if isinstance(table, dict) and isinstance(table.get(key), str):
             table[key] = absolute_file(table[key], base)
@@ -660,30 +631,44 @@ def assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
 def _switches_variant(dotted: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
     if dotted not in TAGGED:
         return False
-    registry, default = TAGGED[dotted]
-    tag = registry.field.partition(".")[2]
-    return tag in new and new[tag] != old.get(tag, default)
+    kind = TAGGED[dotted]
+    return kind.key in new and new[kind.key] != old.get(kind.key, kind.default)
 
 
-def _tag_of(section: str, table: Any) -> Any:
-    """The variant a raw tagged section selects (its tag key, else the section's default)."""
-    registry, default = TAGGED[section]
-    return table.get(registry.field.partition(".")[2], default) if isinstance(table, Mapping) else default
+def _tag_of(kind: Kind, raw: Mapping[str, Any]) -> Any:
+    """The component a raw scenario names for ``kind`` (its key, else the default)."""
+    table = raw.get(kind.section, {})
+    return table.get(kind.key, kind.default) if isinstance(table, Mapping) else kind.default
+
+
+def _own_keys(kind: Kind, name: Any) -> set[str]:
+    try:
+        found = REGISTRY.find(kind.name, name)
+    except UnknownComponent:
+        return set()
+    return set(found.keys) if found is not None else set()
 
 
 def apply_changes(raw: dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
                   unset: list[str] | tuple[str, ...] = ()) -> list[str]:
     """Apply ``--unset KEY`` removals, then ``--set KEY=VALUE`` overrides, to a raw scenario
     table read from a file; returns the notes to show the user (docs/scenario.md §2).
+    :func:`apply_values` does the work on parsed values."""
+    return apply_values(raw, [parse_override(item) for item in overrides], unset)
 
-    When the changes switch a tagged section to another variant (``latency.dist``,
-    ``task.name``), the file's keys that only the old variant has are dropped — a lognormal
-    ``latency.sigma`` means nothing to an exponential latency — and one note names them. Keys
-    given with ``--set`` are never dropped (validation then names the ones the new variant
-    refuses). Unsetting a key the file does not hold, or both setting and unsetting one, is a
-    :class:`ScenarioError`."""
-    parsed = [parse_override(item) for item in overrides]
-    set_keys = {key for key, _ in parsed}
+
+def apply_values(raw: dict[str, Any], values: list[tuple[str, Any]],
+                 unset: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Apply removals of the dotted keys ``unset``, then the ``(dotted key, value)`` pairs, to a
+    raw scenario table; returns the notes to show the user (docs/scenario.md §2).
+
+    When the changes name another component of some kind (``latency.dist``, ``task.name``,
+    ``server.rule``, …), the table's keys that only the old component owns are dropped — a
+    lognormal ``latency.sigma`` means nothing to an exponential latency, nor momentum's ``beta`` to
+    SGD — and one note names them. Keys given in ``values`` are never dropped (validation then
+    names the ones the new component refuses). Unsetting a key the table does not hold, or both
+    setting and unsetting one, is a :class:`ScenarioError`."""
+    set_keys = {key for key, _ in values}
     errors = []
     for key in unset:
         if key in set_keys:
@@ -692,32 +677,34 @@ def apply_changes(raw: dict[str, Any], overrides: list[str] | tuple[str, ...] = 
             errors.append(f"--unset {key}: the scenario file has no such key")
     if errors:
         raise ScenarioError(errors)
-    before = {section: _tag_of(section, raw.get(section, {})) for section in TAGGED}
+    before = {kind.name: _tag_of(kind, raw) for kind in KINDS.values()}
     for key in unset:
         parts = key.split(".")
         node = raw
         for part in parts[:-1]:
             node = node[part]
         del node[parts[-1]]
-    after = dict(before)
-    for section, (registry, default) in TAGGED.items():
-        if registry.field in unset:
-            after[section] = default
-    after.update((key.partition(".")[0], value) for key, value in parsed
-                 if any(key == registry.field for registry, _ in TAGGED.values()))
+    after = {kind.name: _tag_of(kind, raw) for kind in KINDS.values()}
+    for key, value in values:
+        for kind in KINDS.values():
+            if key == kind.field:
+                after[kind.name] = value
     notes = []
-    for section, (registry, _) in TAGGED.items():
-        old, new, table = before[section], after[section], raw.get(section)
-        if old == new or old not in registry or new not in registry or not isinstance(table, dict):
+    for kind in KINDS.values():
+        old, new, table = before[kind.name], after[kind.name], raw.get(kind.section)
+        if old == new or not isinstance(table, dict):
             continue
-        old_only = set(registry.config(old).model_fields) - set(registry.config(new).model_fields)
-        dropped = sorted(k for k in table if k in old_only and f"{section}.{k}" not in set_keys)
+        old_keys, new_keys = _own_keys(kind, old), _own_keys(kind, new)
+        if not old_keys or (not new_keys and REGISTRY.find(kind.name, new) is None):
+            continue
+        keep = set() if kind.whole_section else set(SECTIONS[kind.section].model_fields)
+        dropped = sorted(k for k in table if k in old_keys - new_keys - keep and f"{kind.section}.{k}" not in set_keys)
         for k in dropped:
             del table[k]
         if dropped:
-            notes.append(f"note: {registry.field} {old!r} → {new!r}: dropped the file's "
-                         f"{', '.join(f'{section}.{k}' for k in dropped)} ({old} only)")
-    for key, value in parsed:
+            notes.append(f"note: {kind.field} {old!r} → {new!r}: dropped the file's "
+                         f"{', '.join(f'{kind.section}.{k}' for k in dropped)} ({old} only)")
+    for key, value in values:
         assign(raw, key, value)
     return notes
 
@@ -731,12 +718,40 @@ def _has(raw: Mapping[str, Any], dotted: str) -> bool:
     return True
 
 
+def drop_unowned(raw: dict[str, Any]) -> list[str]:
+    """Remove, from a raw scenario, the keys of components it does not name (``server.adam_eps``
+    with ``rule = "sgd"``); returns them as ``section.key``. asyncfl ≤ 0.1 wrote every such key
+    into a run directory's ``scenario.toml`` (they had no effect on the run), so a run directory
+    is read with ``load(..., run_dir=True)``, which drops them; a user's scenario file keeps them
+    and they are refused."""
+    dropped = []
+    for section, kinds in SELECTORS.items():
+        table = raw.get(section)
+        if not isinstance(table, dict):
+            continue
+        named: set[str] = set(SECTIONS[section].model_fields)
+        others: set[str] = set()
+        for kind in kinds:
+            try:
+                selected = REGISTRY.find(kind.name, table.get(kind.key, kind.default))
+            except UnknownComponent:
+                selected = None
+            named |= set(selected.keys) if selected is not None else set()
+            others |= {k for c in REGISTRY.components(kind.name) for k in c.keys}
+        for key in [k for k in table if k in others - named]:
+            del table[key]
+            dropped.append(f"{section}.{key}")
+    return dropped
+
+
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), unset: list[str] | tuple[str, ...] = (),
-         notes: list[str] | None = None) -> Scenario:
+         notes: list[str] | None = None, *, run_dir: bool = False) -> Scenario:
     """Read, change (:func:`apply_changes`: ``--unset``, then ``--set``) and validate a scenario
     file; the notes of the changes are appended to ``notes`` when given. Relative trace paths in
     the file (``latency.file``, ``population.availability_file``) are taken relative to the
-    file's directory; in ``--set`` overrides, relative to the working directory."""
+    file's directory; in ``--set`` overrides, relative to the working directory. ``run_dir``: the
+    file is a run directory's ``scenario.toml``, possibly written by asyncfl ≤ 0.1
+    (:func:`drop_unowned`)."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise ScenarioError([f"{path}: no such scenario file"])
@@ -747,6 +762,8 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), unset: l
         raise ScenarioError([f"{path}: not valid TOML ({exc})"]) from None
     except RecursionError:  # the parser recurses once per nesting level
         raise ScenarioError([f"{path}: not valid TOML (arrays or tables nested too deeply)"]) from None
+    if run_dir:
+        drop_unowned(raw)
     _anchor_paths(raw, path.parent)  # before the overrides: --set paths are relative to the cwd
     try:
         found = apply_changes(raw, overrides, unset)

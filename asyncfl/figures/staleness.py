@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from asyncfl.components.core import KINDS
+from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.figures.style import TIME_LABEL, colorbar, figure, integer_ticks, save, styled, title
 from asyncfl.run.bias_report import load_run
 from asyncfl.run.rundir import read_csv
@@ -118,9 +120,10 @@ def plot_staleness(run_dir: str | Path, path: str | Path | None = None, fmt: str
     centres, mean, lo, hi = in_flight_bands(times, level)
     ax.fill_between(centres, lo, hi, step="mid", color="tab:blue", alpha=0.25, lw=0, label="range within a time bin")
     ax.plot(centres, mean, color="tab:blue", lw=1.4, label="time-weighted mean")
-    cap = server.get("concurrency") if server.get("protocol", "fedbuff") == "fedbuff" else server.get("cohort")
+    key = in_flight_key(server)
+    cap = server.get(key) if key else None
     if cap:
-        ax.axhline(cap, color="k", ls="--", lw=0.9, label=("K (concurrency)" if server.get("protocol", "fedbuff") == "fedbuff" else "cohort") + f" = {cap}")
+        ax.axhline(cap, color="k", ls="--", lw=0.9, label=f"server.{key} = {cap}")
     top = max(float(hi.max()) if len(hi) else 0.0, float(cap or 0))
     ax.set_ylim(0, top * 1.15 + 1)
     ax.set(xlabel=TIME_LABEL, ylabel="clients in flight", title="clients in flight over virtual time")
@@ -138,3 +141,14 @@ def plot_staleness(run_dir: str | Path, path: str | Path | None = None, fmt: str
     colorbar(fig, im, ax, "W[t, s]: weight of version s in step t")
     title(fig, str(raw.get("name") or run_dir.name), "staleness")
     return save(fig, Path(path) if path is not None else run_dir / "staleness.png", fmt)
+
+
+def in_flight_key(server: dict[str, Any]) -> str | None:
+    """The ``[server]`` key of a run's protocol that counts its clients in flight (its
+    ``in_flight_key`` trait: FedBuff's ``concurrency``, sync's ``cohort``); None for a protocol
+    that is not registered now."""
+    try:
+        protocol = REGISTRY.find("protocol", server.get("protocol", KINDS["protocol"].default))
+    except UnknownComponent:
+        return None
+    return protocol.traits.in_flight_key if protocol is not None else None

@@ -114,18 +114,33 @@ def gamma_from_xi(sigma: float, clip: float, xi: float) -> float:
     return sigma * clip / math.sqrt((xi - sigma) * (xi + sigma))
 
 
+#: the largest count-noise level ξ: the bound ``privacy.xi`` has, and a γ may not imply more
+MAX_XI = 1e12
+
+
+def xi_bound_ok(sigma: float, clip: float, gamma: float) -> bool:
+    """Whether ``γ`` implies a count noise ``ξ = σS/γ`` of at most :data:`MAX_XI`."""
+    return sigma * sensitivity(clip, gamma) / gamma <= MAX_XI
+
+
 def xi_from_gamma(sigma: float, clip: float, gamma: float) -> float:
-    """``ξ = σ S / γ`` with ``S = √(S_Δ² + γ²)``: std of the noise on ``ĉ_τ`` (seed eq. 17)."""
+    """``ξ = σ S / γ`` with ``S = √(S_Δ² + γ²)``: std of the noise on ``ĉ_τ`` (seed eq. 17).
+    A γ so small that ξ would exceed :data:`MAX_XI` (the bound of ``privacy.xi``) is refused."""
     if not gamma > 0:
         raise ScenarioError([f"privacy.gamma = {gamma}: must be positive"])
-    return sigma * sensitivity(clip, gamma) / gamma
+    xi = sigma * sensitivity(clip, gamma) / gamma
+    if not xi_bound_ok(sigma, clip, gamma):
+        raise ScenarioError([f"privacy.gamma = {gamma:g}: implies a count noise ξ = σS/γ = {xi:.3g}, above {MAX_XI:g} "
+                             f"(the largest ξ allowed); give γ ≥ {sigma * clip / MAX_XI:.3g} (σ = {sigma:.6g}, S_Δ = {clip:g})"])
+    return xi
 
 
 def update_noise_std(sigma: float, clip: float, xi: float, C: int) -> float:
     """Std of the noise on each coordinate of ``r_t``: ``σS/C = σ S_Δ ξ / (C √(ξ² − σ²))``."""
     if not xi > sigma:
         raise ScenarioError([f"privacy.xi = {xi}: must exceed the noise multiplier σ = {sigma:.6g}"])
-    return sigma * clip * xi / (C * math.sqrt((xi - sigma) * (xi + sigma)))
+    r = sigma / xi  # written with σ/ξ: ξ² overflows to inf for ξ above ~1e154 (the value tends to σS_Δ/C)
+    return sigma * clip / (C * math.sqrt((1.0 - r) * (1.0 + r)))
 
 
 def count_noise_std(xi: float, C: int) -> float:

@@ -24,12 +24,14 @@ implicit bias). The runner calls :func:`finish_hook` after every run; ``asyncfl 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.server import MAFullConfig
 from asyncfl.errors import RunDirError
 from asyncfl.privacy.mechanism import postprocess_counts
 from asyncfl.run.rundir import read_counts, write_json
@@ -41,6 +43,41 @@ MAX_ANALYSED_STEPS = 2000
 RULE_KEYS = ("none", "momentum", "ma_full", "ma_light")
 
 
+class Analysis(NamedTuple):
+    """The momentum the bias is measured against and the MA it is compared with: the target's
+    kind and β, MA-full's ridge λ and window L (docs/server-rules.md §7)."""
+
+    kind: str
+    beta: float
+    ridge: float
+    window: int | None
+
+
+def analysis_of(scenario: scenario_mod.Scenario) -> Analysis:
+    """The run's :class:`Analysis`: the rule's own ``beta``, ``ma_target``, ``ma_ridge`` and
+    ``ma_window`` where its config has them, else the rule's declared target kind and MA-full's
+    defaults (a run of SGD is compared with the momentum it does not use)."""
+    cfg, traits = scenario.config_of("rule"), scenario.component("rule").traits
+    fields = MAFullConfig.model_fields
+    return Analysis(getattr(cfg, "ma_target", traits.target), getattr(cfg, "beta", fields["beta"].default),
+                    getattr(cfg, "ma_ridge", fields["ma_ridge"].default), getattr(cfg, "ma_window", None))
+
+
+def own_bias(scenario: scenario_mod.Scenario, bias: dict[str, Any] | None) -> float:
+    """The implicit momentum bias of the rule the run used (its ``own_bias`` trait's row of
+    ``bias.json``): 0 when the protocol's uploads are never stale (``W = I``: sync), NaN when the
+    algorithm uses no rule, the rule has no linear target (Adam), or there is no report."""
+    if not scenario.component("algorithm").traits.uses_rule:
+        return math.nan
+    key = scenario.component("rule").traits.own_bias
+    if key is None:
+        return math.nan
+    if not scenario.component("protocol").traits.stale:
+        return 0.0
+    value = (bias or {}).get(key, math.nan)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
 def load_run(run_dir: str | Path) -> tuple[scenario_mod.Scenario, dict[str, np.ndarray]]:
     """The run's scenario and its ``counts.npz`` arrays, checked: ``by_staleness`` a T×L array of
     non-negative integers; ``private_by_staleness`` and ``coefficients``, when present, float
@@ -49,7 +86,7 @@ def load_run(run_dir: str | Path) -> tuple[scenario_mod.Scenario, dict[str, np.n
     for name in ("scenario.toml", "counts.npz"):
         if not (run_dir / name).exists():
             raise RunDirError(f"{run_dir}: not a complete run directory ({name} is missing)")
-    scenario = scenario_mod.load(run_dir / "scenario.toml")
+    scenario = scenario_mod.load(run_dir / "scenario.toml", run_dir=True)
     path = run_dir / "counts.npz"
     arrays = read_counts(path)
     counts = arrays.get("by_staleness")
@@ -88,22 +125,24 @@ def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarra
     counts = counts[:T]
     seen = seen_counts(scenario, arrays)
     seen = None if seen is None else seen[:T]
-    kind, beta, p, C = server.ma_target, server.beta, server.staleness_exponent, server.buffer
+    kind, beta, ridge, window = analysis_of(scenario)
+    p, C = server.staleness_exponent, server.buffer
+    recorded = scenario.component("rule").traits.coefficients
 
     used_full = used_light = None
     coefficients = arrays.get("coefficients")
-    if coefficients is not None and server.rule == "ma-full":
+    if coefficients is not None and recorded == "full":
         used_full = coefficients[:T, :T]
-    if coefficients is not None and server.rule == "ma-light":
+    if coefficients is not None and recorded == "pair":
         used_light = coefficients[:T, :2]
     if seen is not None:  # what MA would have used on the server's view Ŵ
         W_hat = weight_matrix(seen, p, C)
         if used_full is None:
-            used_full = coefficient_matrix_full(W_hat, kind, beta, server.ma_ridge, server.ma_window)
+            used_full = coefficient_matrix_full(W_hat, kind, beta, ridge, window)
         if used_light is None:
             used_light = light_recursion(W_hat, kind, beta)[1]
 
-    common = dict(exponent=p, buffer=C, beta=beta, kind=kind, ridge=server.ma_ridge, window=server.ma_window,
+    common = dict(exponent=p, buffer=C, beta=beta, kind=kind, ridge=ridge, window=window,
                   used_light=used_light, used_full=used_full)
     report = bias_report(counts, **common)
     out: dict[str, Any] = {key: report[key] for key in RULE_KEYS}
@@ -111,13 +150,13 @@ def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarra
     out["identity_w"] = bool(np.allclose(weight_matrix(counts, p, C), np.eye(T), rtol=0, atol=1e-12))
     out["amplification"] = report["amplification"]
     out["per_row"] = report["per_row"]
-    if server.rule == "ma-light" or used_light is not None:
+    if used_light is not None:
         out["a_light"] = report["a_light"]
     if seen is not None:
         noisy = bias_report(seen, **common)
         out["noisy_w"] = {key: noisy[key] for key in RULE_KEYS}
     out.update(rule=server.rule, target=kind, beta=beta, staleness_exponent=p, buffer=C,
-               ma_ridge=server.ma_ridge, ma_window=server.ma_window, steps_analysed=T,
+               ma_ridge=ridge, ma_window=window, steps_analysed=T,
                steps=int(len(arrays["by_staleness"])))
     return out
 
@@ -135,10 +174,11 @@ def heatmap_matrices(run_dir: str | Path) -> dict[str, Any]:
     W = weight_matrix(arrays["by_staleness"][:T], server.staleness_exponent, server.buffer)
     seen = seen_counts(scenario, arrays)
     W_view = W if seen is None else weight_matrix(seen[:T], server.staleness_exponent, server.buffer)
+    kind, beta, ridge, window = analysis_of(scenario)
     return {
-        "scenario": scenario, "W": W, "M": target_matrix(server.ma_target, server.beta, T),
-        "A_full": coefficient_matrix_full(W_view, server.ma_target, server.beta, server.ma_ridge, server.ma_window),
-        "A_light": light_recursion(W_view, server.ma_target, server.beta)[0],
+        "scenario": scenario, "W": W, "M": target_matrix(kind, beta, T),
+        "A_full": coefficient_matrix_full(W_view, kind, beta, ridge, window),
+        "A_light": light_recursion(W_view, kind, beta)[0],
     }
 
 
@@ -150,7 +190,8 @@ def write_bias_json(run_dir: str | Path) -> dict[str, Any]:
 
 
 def finish_hook(sim: Any, run_dir: Path) -> None:
-    """Runner hook: every FedBuff run that took a step gets a ``bias.json``."""
-    if sim.scenario.server.protocol == "fedbuff" and sim.steps_done > 0:
+    """Runner hook: every run that took a step on a protocol whose uploads can be stale gets a
+    ``bias.json`` (a sync run's ``W`` is ``I``)."""
+    if sim.scenario.component("protocol").traits.stale and sim.steps_done > 0:
         write_bias_json(run_dir)
 

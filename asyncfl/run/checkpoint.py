@@ -29,6 +29,7 @@ counts. The runner does this before it touches a file.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import math
@@ -41,32 +42,53 @@ import torch
 from asyncfl import rng as rngmod
 from asyncfl.clients.fleet import FleetState
 from asyncfl.clients.participation import ParticipationState
-from asyncfl.clients.replay import ReplayState
+from asyncfl.components.registry import REGISTRY
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.files import read_limited
 from asyncfl.config.memory import machine_memory
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError
 from asyncfl.run.rundir import torch_bytes, write_bytes
-from asyncfl.server.algorithms import PseudoGradientState
-from asyncfl.server.ma import MAFullState, MALightState
-from asyncfl.server.rules import AdamState, EmptyState, TraceState
-from asyncfl.server.splitting import BaselineState, ClientJob
-from asyncfl.sim.state import ClientState, Counters, FedBuffState, Records, SimState, SyncState, WaiterState
+from asyncfl.sim.state import ClientState, Counters, Records, SimState
 
-CHECKPOINT_FORMAT = 3  # 1: the reflective format of asyncfl ≤ 0.1; 2: without the content digest (both refused)
+#: 1: the reflective format of asyncfl ≤ 0.1; 2: without the content digest; 3: before components
+#: (scenario sections with every plug-in's keys, state types by module) — all refused
+CHECKPOINT_FORMAT = 4
 CHECKPOINT_NAME = "checkpoint.pt"
 
-#: Every type a state tree may hold, by name. A plug-in with its own state type adds it here
-#: (:func:`register_state_type`).
+#: The engine's own state types, by name; the components' own (a rule's, a protocol's, …) are
+#: declared on each component (``Component.state``) and added by :func:`state_types`.
 STATE_TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (
-        SimState, ClientState, Counters, Records, WaiterState, FedBuffState, SyncState, FleetState, ReplayState,
-        ParticipationState, LocalJob, ClientJob, PseudoGradientState, EmptyState, TraceState, AdamState, MAFullState, MALightState,
-        BaselineState,
-    )
+    for cls in (SimState, ClientState, Counters, Records, FleetState, ParticipationState, LocalJob)
 }
+
+
+_STATE_CACHE: list[Any] = [None, None]  # (registry generation, types) of the last state_types()
+
+
+def state_types() -> dict[str, type]:
+    """Every type a state tree may hold, by name: the engine's, those registered with
+    :func:`register_state_type`, and every registered component's declared state types. Two
+    different types under one name are an error naming both components."""
+    key = (REGISTRY.generation, len(STATE_TYPES))
+    if _STATE_CACHE[0] == key:
+        return _STATE_CACHE[1]
+    out = dict(STATE_TYPES)
+    owner = {name: "the engine" for name in out}
+    for kind in ("task", "latency", "availability", "protocol", "algorithm", "rule", "solver", "executor",
+                 "sampling", "accountant", "counts"):
+        for component in REGISTRY.components(kind):
+            for cls in component.state_types():
+                name = cls.__name__
+                if name in out and out[name] is not cls:
+                    raise CheckpointError(f"state type {name!r} of {component.kind_info.label} {component.name!r} clashes "
+                                          f"with another of {owner[name]}; give it another class name")
+                out[name], owner[name] = cls, f"{component.kind_info.label} {component.name!r}"
+    _STATE_CACHE[:] = [key, out]
+    return out
+
+
 _PLAIN = (type(None), bool, int, float, str)
 
 
@@ -102,7 +124,7 @@ def encode(value: Any, path: str = "state") -> Any:
     if isinstance(value, np.generic):
         return encode(value.item(), path)
     name = type(value).__name__
-    if STATE_TYPES.get(name) is type(value):
+    if state_types().get(name) is type(value):
         return {"__t": name, "fields": {f: encode(getattr(value, f), f"{path}.{f}") for f in _fields(type(value))}}
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return {"__t": "tuple", "items": [encode(v, f"{path}[{i}]") for i, v in enumerate(value)]}
@@ -134,7 +156,7 @@ def decode(value: Any, path: str = "state") -> Any:
         return tuple(decode(v, f"{path}[{i}]") for i, v in enumerate(value["items"]))
     if tag == "dict":
         return {str(k): decode(v, f"{path}.{k}") for k, v in dict(value["items"]).items()}
-    cls = STATE_TYPES.get(tag)
+    cls = state_types().get(tag)
     if cls is None:
         raise CheckpointError(f"{path}: type {tag!r} is not a state type of this asyncfl")
     fields = value.get("fields")
@@ -304,11 +326,13 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
     check(len(seqs) == len(s.clients), "state.clients: a dispatch number appears twice")
     check(set(s.in_flight) <= seqs, "state.in_flight: names clients the checkpoint does not hold")
     check({seq for seq, _ in s.buffer} <= seqs, "state.buffer: names clients the checkpoint does not hold")
-    if isinstance(s.protocol, SyncState):
-        check(set(s.protocol.round) | set(s.protocol.arrived) <= seqs, "state.protocol: the round names clients the checkpoint does not hold")
-        check(len(s.in_flight) <= server.cohort, f"state.in_flight: {len(s.in_flight)} clients, more than server.cohort = {server.cohort}")
-    else:
-        check(len(s.in_flight) <= server.concurrency, f"state.in_flight: {len(s.in_flight)} clients, more than server.concurrency = {server.concurrency}")
+    protocol = scenario.component("protocol").traits
+    referred = set(getattr(s.protocol, "round", ())) | set(getattr(s.protocol, "arrived", ()))  # an open round
+    check(referred <= seqs, "state.protocol: the round names clients the checkpoint does not hold")
+    key = protocol.in_flight_key
+    limit = getattr(server, key)
+    check(len(s.in_flight) <= limit, f"state.in_flight: {len(s.in_flight)} clients, more than server.{key} = {limit}")
+    if protocol.stale:
         check(len(s.buffer) < server.buffer, f"state.buffer: {len(s.buffer)} uploads, but a step takes server.buffer = {server.buffer}")
     shape, dtype = tuple(fresh.theta.shape), fresh.theta.dtype
     for c in s.clients:
@@ -317,10 +341,7 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
         check(1 <= c.seq <= s.next_seq, f"{where}: dispatch number outside 1..{s.next_seq}")
         check(1 <= c.version <= s.version, f"{where}.version = {c.version}: the server is at version {s.version}")
         check(c.dispatch_time <= s.now and c.dispatch_time <= c.arrival_time, f"{where}: dispatched at {c.dispatch_time}, after now = {s.now} or after its arrival")
-        tensors = [("job.start", c.job.start), ("job.centre", c.job.centre)]
-        if isinstance(c.job, ClientJob):
-            tensors.append(("job.received", c.job.received))
-            tensors += [(f"job.memory.{k}", v) for k, v in c.job.memory.items()]
+        tensors = list(_model_sized(c.job, "job"))
         if c.result is not None:
             tensors.append(("result", c.result))
         for name, t in tensors:
@@ -352,7 +373,7 @@ def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list
     if spent.shape != (n,) or spent.dtype != np.int64 or pending.shape != (n,) or pending.dtype != np.bool_:
         return [f"state.participation: spent {_describe(spent)}, pending {_describe(pending)}; expected int64 and bool "
                 f"of shape ({n},) (population.clients = {n})"]
-    cap = p.max_participations if p.sampling == "participation-cap" else None
+    cap = p.max_participations  # set only with a participation cap (checked with the scenario)
     if spent.size and int(spent.min()) < 0:
         problems.append("state.participation.spent: negative participations")
     if cap is not None and spent.size and int(spent.max()) > cap:
@@ -367,13 +388,24 @@ def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list
         problems.append(f"state.participation.first_step: {_describe(first)}, expected {most} non-decreasing steps in 1..{steps}")
     by_seq = {c.seq: c.client for c in s.clients}
     undecided = set(s.in_flight) | {seq for seq, _ in s.buffer}
-    if isinstance(s.protocol, SyncState):
-        undecided |= set(s.protocol.arrived)
+    undecided |= set(getattr(s.protocol, "arrived", ()))  # a protocol's open round (sync's arrivals)
     want = sorted({by_seq[seq] for seq in undecided if seq in by_seq})
     if len(want) != len(undecided) or np.flatnonzero(pending).tolist() != want:
         problems.append(f"state.participation.pending: clients {np.flatnonzero(pending).tolist()[:10]}, but the undecided "
                         f"dispatches are of clients {want[:10]} (one each)")
     return problems
+
+
+def _model_sized(job: Any, path: str) -> Any:
+    """``(path, tensor)`` of every tensor a job holds, in its fields and their dicts (a job of any
+    algorithm: ``LocalJob``'s start and centre, a splitting baseline's received model and memory);
+    each must be model-sized."""
+    for f in dataclasses.fields(job):
+        value = getattr(job, f.name)
+        if isinstance(value, torch.Tensor):
+            yield f"{path}.{f.name}", value
+        elif isinstance(value, dict):
+            yield from ((f"{path}.{f.name}.{k}", v) for k, v in value.items())
 
 
 def _describe(value: Any) -> str:
@@ -399,7 +431,7 @@ def _compare(got: Any, want: Any, path: str, problems: list[str], skip: set[str]
             return  # optional values (a result not yet known, an unset time)
         problems.append(f"{path}: a {type(got).__name__}, but this scenario's is a {type(want).__name__}")
         return
-    if type(want).__name__ in STATE_TYPES:
+    if type(want).__name__ in state_types():
         for f in _fields(type(want)):
             if f not in skip:
                 _compare(getattr(got, f), getattr(want, f), f"{path}.{f}", problems)

@@ -28,8 +28,8 @@ behind.
 from __future__ import annotations
 
 import collections
-import concurrent.futures as cf
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import sys
 import tempfile
@@ -125,12 +125,21 @@ def run_job(job: RunJob) -> RunOutcome:
 SHIPPED_LIMIT = 2**30  # bytes of one run directory sent either way
 
 
+#: the one sub-folder of a run directory that travels with it (run.tensorboard = true)
+SHIPPED_FOLDER = "tensorboard"
+
+
 def pack(out: Path) -> dict[str, bytes]:
-    """The files of a run directory (not its temporaries), by name."""
+    """The files of a run directory (not its temporaries), by name, and those of its
+    ``tensorboard/`` folder as ``tensorboard/NAME``."""
     out = Path(out)
     if not out.is_dir():
         return {}
     files = {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file() and not p.name.startswith(".")}
+    sub = out / SHIPPED_FOLDER
+    if sub.is_dir() and not sub.is_symlink():
+        files.update({f"{SHIPPED_FOLDER}/{p.name}": p.read_bytes() for p in sorted(sub.iterdir())
+                      if p.is_file() and not p.name.startswith(".")})
     if sum(map(len, files.values())) > SHIPPED_LIMIT:
         raise RunDirError(f"{out}: more than {SHIPPED_LIMIT} bytes to send to a worker")
     return files
@@ -141,13 +150,21 @@ def unpack(files: dict[str, bytes], out: Path) -> None:
     that ``files`` does not hold (the worker's directory is the run's directory)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        if "/" in name or name.startswith("."):
+    for name in files:
+        folder, _, leaf = name.rpartition("/")
+        if folder not in ("", SHIPPED_FOLDER) or not leaf or leaf.startswith(".") or "\\" in name or leaf in ("..", "."):
             raise RunDirError(f"a worker sent a file named {name!r}")
+    if any(name.startswith(SHIPPED_FOLDER + "/") for name in files):
+        (out / SHIPPED_FOLDER).mkdir(exist_ok=True)
+    for name, data in files.items():
         atomic_write(out / name, lambda p, data=data: p.write_bytes(data))
-    for p in out.iterdir():
-        if p.is_file() and not p.name.startswith(".") and p.name not in files:
-            p.unlink()
+    for folder in (out, out / SHIPPED_FOLDER):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for p in folder.iterdir():
+            rel = p.name if folder == out else f"{SHIPPED_FOLDER}/{p.name}"
+            if p.is_file() and not p.name.startswith(".") and rel not in files:
+                p.unlink()
 
 
 def run_shipped(job: RunJob, files: dict[str, bytes]) -> tuple[RunOutcome, dict[str, bytes]]:
@@ -201,32 +218,114 @@ START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"
 
 
 class ProcessPool:
-    """``workers`` processes on this machine (:data:`START_METHOD`; they die with this one)."""
+    """``workers`` processes on this machine (:data:`START_METHOD`; they die with this one), each
+    running one job at a time, sent to it over a pipe when it is free.
+
+    A worker that dies (killed, out of memory) fails the one job it held, with its exit signal
+    in the message; it is replaced, and every other job runs or completes as usual (a pool of
+    :mod:`concurrent.futures` would instead break, failing every job not yet finished)."""
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
             raise UsageError(f"--workers {workers}: must be at least 1")
         self.slots = workers
-        self._pool = cf.ProcessPoolExecutor(
-            max_workers=workers, mp_context=mp.get_context(START_METHOD), initializer=_worker_init,
-            initargs=(os.getpid(), threading.current_thread() is threading.main_thread(), 1),
-        )
+        self._ctx = mp.get_context(START_METHOD)
+        self._workers: list[_Worker] = []
+
+    def _start(self) -> "_Worker":
+        ours, theirs = self._ctx.Pipe()
+        process = self._ctx.Process(target=_worker_main, daemon=True, args=(
+            theirs, os.getpid(), threading.current_thread() is threading.main_thread()))
+        process.start()
+        theirs.close()
+        worker = _Worker(process, ours)
+        self._workers.append(worker)
+        return worker
+
+    def _retire(self, worker: "_Worker") -> None:
+        self._workers.remove(worker)
+        worker.conn.close()
+        worker.process.join(timeout=5)
 
     def run(self, jobs: list[RunJob]) -> Iterator[RunOutcome]:
-        futures = {self._pool.submit(run_job, job): job for job in jobs}
-        for fut in cf.as_completed(futures):
-            job = futures[fut]
-            try:
-                yield fut.result()
-            except Exception as exc:  # the worker process died (killed, out of memory)
-                yield RunOutcome(job.name, Path(job.out), "failed", f"worker process lost: {type(exc).__name__}: {exc}",
-                                 read_summary(Path(job.out)), 0.0)
+        queue = collections.deque(jobs)
+        idle = [w for w in self._workers]
+        busy: dict[Any, tuple[_Worker, RunJob]] = {}  # the worker's pipe → (worker, its job)
+        while queue or busy:
+            while queue and (idle or len(self._workers) < self.slots):
+                worker = idle.pop() if idle else self._start()
+                job = queue.popleft()
+                try:
+                    worker.conn.send(job)
+                except (OSError, ValueError):  # it died while idle: replace it, the job waits for the next
+                    self._retire(worker)
+                    queue.appendleft(job)
+                    continue
+                busy[worker.conn] = (worker, job)
+            sentinels = {w.process.sentinel: conn for conn, (w, _) in busy.items()}
+            for ready in mp_connection.wait([*busy, *sentinels]):
+                conn = sentinels.get(ready, ready)
+                if conn not in busy:
+                    continue  # both its pipe and its sentinel were ready: handled
+                worker, job = busy.pop(conn)
+                try:
+                    outcome = conn.recv() if conn.poll() else None
+                except (EOFError, OSError):
+                    outcome = None
+                if outcome is None:  # the process died holding the job: that job alone fails
+                    worker.process.join(timeout=5)
+                    code = worker.process.exitcode
+                    how = (f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}")
+                    self._retire(worker)
+                    yield _failed(job, f"worker process lost ({how}) while running it; rerun the command to resume it")
+                    continue
+                idle.append(worker)
+                yield outcome
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for worker in list(self._workers):
+            try:
+                worker.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        for worker in list(self._workers):
+            worker.process.join(timeout=2)
+            if worker.process.is_alive():
+                worker.process.terminate()
+                worker.process.join(timeout=5)
+            worker.conn.close()
+        self._workers = []
+
+
+class _Worker(NamedTuple):
+    process: Any
+    conn: Any
+
+
+def _worker_main(conn: Any, parent: int, by_main_thread: bool) -> None:
+    """A pool worker: run each job sent until ``None`` (or the pipe closes)."""
+    _worker_init(parent, by_main_thread, 1)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if job is None:
+            return
+        try:
+            outcome = run_job(job)
+        except BaseException as exc:  # noqa: BLE001 - reported as the job's failure, the worker goes on
+            outcome = _failed(job, f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, KeyboardInterrupt):
+                outcome = outcome._replace(status="interrupted")
+        try:
+            conn.send(outcome)
+        except (OSError, ValueError):
+            return
 
 
 RAY_CONNECT_TIMEOUT = 30.0  # seconds to reach a cluster given by address before giving up
+RAY_PROBE_TIMEOUT = 5.0  # seconds a listener has to answer the gRPC handshake
 
 
 class RunWorker:
@@ -265,7 +364,9 @@ class RayPool:
         self._owns = False
         if not ray.is_initialized():
             if address == "auto":
-                ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+                # "local": a new local instance even where RAY_ADDRESS names a cluster (as on managed
+                # clusters), which ray.init() would join instead, refusing num_cpus with a traceback
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
             else:
                 _check_reachable(address)
                 ray.init(address=address, logging_level="ERROR", log_to_driver=False)
@@ -358,10 +459,27 @@ def _check_reachable(address: str) -> None:
     if not host or not port.isdigit():
         raise UsageError(f"--ray {address}: expected 'auto' or HOST:PORT (the cluster's GCS address, e.g. 10.0.0.5:6379)")
     try:
-        with socket.create_connection((host, int(port)), timeout=min(RAY_CONNECT_TIMEOUT, 5.0)):
-            pass
+        with socket.create_connection((host, int(port)), timeout=min(RAY_CONNECT_TIMEOUT, 5.0)) as sock:
+            # Ray's GCS (and its client server) speak gRPC, i.e. HTTP/2: after the client's
+            # connection preface the server sends a SETTINGS frame (type 4). Anything else — a
+            # web server, a database, a program that says nothing — is not a Ray cluster, and
+            # ray.init would wait on it for minutes.
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+            sock.settimeout(RAY_PROBE_TIMEOUT)
+            head = b""
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except socket.timeout:
+        raise UsageError(f"--ray {address}: a program listens there but is not a Ray cluster (it did not answer as one "
+                         f"within {RAY_PROBE_TIMEOUT:g} s)") from None
     except OSError as exc:
         raise UsageError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
+    if len(head) < 9 or head[3] != 4:
+        raise UsageError(f"--ray {address}: a program listens there but is not a Ray cluster (it does not speak gRPC); "
+                         "give the address 'ray start --head' printed")
 
 
 def make_backend(workers: int | None = None, ray: str | None = None) -> Backend:

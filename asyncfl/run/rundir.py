@@ -36,6 +36,7 @@ import json
 import math
 import os
 import re
+import shutil
 import tempfile
 import time
 import zipfile
@@ -56,7 +57,7 @@ LOCK_NAME = ".asyncfl.lock"
 #: the only files ``--overwrite`` removes
 RUN_FILES = (
     "scenario.toml", "updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", "bias.json",
-    "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png", "privacy.csv",
+    "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png", "privacy.csv", "components.json",
     "privacy_clients.csv",
 )
 _TEMPORARY = re.compile(r"\.(" + "|".join(re.escape(n) for n in RUN_FILES) + r")\.[A-Za-z0-9_]+")
@@ -170,9 +171,9 @@ class RunLock:
         self.path, self._fd = path, fd
 
     @classmethod
-    def acquire(cls, directory: str | Path) -> "RunLock":
+    def acquire(cls, directory: str | Path, what: str = "a run or resume") -> "RunLock":
         """Take the lock of ``directory`` (which must exist); a RunDirError naming the holder's
-        pid when another process holds it."""
+        pid (and ``what`` it is) when another process holds it."""
         path = Path(directory) / LOCK_NAME
         while True:
             try:
@@ -186,7 +187,7 @@ class RunLock:
                 os.close(fd)
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise RunDirError(f"{directory}: cannot take the run directory's lock ({exc.strerror})") from None
-                raise _in_use(directory, holder) from None
+                raise _in_use(directory, holder, what) from None
             try:
                 same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
             except FileNotFoundError:
@@ -243,9 +244,9 @@ def _flock_soon(fd: int, tries: int = 5, pause: float = 0.02) -> None:
             time.sleep(pause)
 
 
-def _in_use(directory: str | Path, holder: int | None) -> RunDirError:
+def _in_use(directory: str | Path, holder: int | None, what: str = "a run or resume") -> RunDirError:
     who = f"process {holder}" if holder else "another process"
-    return RunDirError(f"{directory}: in use by {who} (a run or resume is writing it); wait until it ends or stop it, then try again")
+    return RunDirError(f"{directory}: in use by {who} ({what} is writing it); wait until it ends or stop it, then try again")
 
 
 def _read_pid(fd: int) -> int | None:
@@ -286,7 +287,9 @@ def prepare(out: str | Path, overwrite: bool = False) -> tuple[Path, RunLock]:
         if overwrite:
             _refuse_foreign(path)  # again, under the lock
             for child in path.iterdir():
-                if child.name != LOCK_NAME:
+                if child.name == TENSORBOARD_DIR and child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                elif child.name != LOCK_NAME:
                     child.unlink()
     except BaseException:
         lock.release()
@@ -294,8 +297,25 @@ def prepare(out: str | Path, overwrite: bool = False) -> tuple[Path, RunLock]:
     return path, lock
 
 
+#: the folder of TensorBoard event files of a run with ``run.tensorboard = true`` (its own)
+TENSORBOARD_DIR = "tensorboard"
+
+
+def foreign_files(path: Path) -> list[str]:
+    """What run directory ``path`` holds besides a run's files (:func:`is_run_file`) and its
+    ``tensorboard/`` folder of event files, as names relative to it."""
+    out = []
+    for child in path.iterdir():
+        if child.name == TENSORBOARD_DIR and child.is_dir() and not child.is_symlink():
+            out += [f"{TENSORBOARD_DIR}/{c.name}" for c in child.iterdir()
+                    if not (c.is_file() and c.name.startswith("events.out.tfevents."))]
+        elif not (is_run_file(child.name) and (child.is_file() or child.is_symlink())) or child.is_dir():
+            out.append(child.name)
+    return sorted(out)
+
+
 def _refuse_foreign(path: Path) -> None:
-    foreign = sorted(c.name for c in path.iterdir() if not (is_run_file(c.name) and (c.is_file() or c.is_symlink())) or c.is_dir())
+    foreign = foreign_files(path)
     if foreign:
         listed = ", ".join(repr(n) for n in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise RunDirError(
@@ -366,14 +386,15 @@ class RunWriter:
     ``prefixes[name]`` being exactly those bytes (already cut and checked by the resume)."""
 
     def __init__(self, path: Path, append: bool = False, rows: dict[str, int] | None = None,
-                 prefixes: "dict[str, CsvPrefix] | None" = None) -> None:
+                 prefixes: "dict[str, CsvPrefix] | None" = None, metric_fields: tuple[str, ...] = METRIC_FIELDS) -> None:
         self.path = Path(path)
+        self.metric_fields = metric_fields  # METRIC_FIELDS and the task's own metrics (Task.metric_names)
         rows, prefixes = rows or {}, prefixes or {}
         self.metrics: list[dict[str, float]] = []
         self.checkpoint_step: int | None = None  # the step of the last checkpoint written (or resumed from)
         digest = lambda name: prefixes[name].digest if name in prefixes else None  # noqa: E731
         self.updates_log = CsvLog(self.path / "updates.csv", UPDATE_FIELDS, append, rows.get("updates.csv", 0), digest("updates.csv"))
-        self.metrics_log = CsvLog(self.path / "metrics.csv", METRIC_FIELDS, append, rows.get("metrics.csv", 0), digest("metrics.csv"))
+        self.metrics_log = CsvLog(self.path / "metrics.csv", metric_fields, append, rows.get("metrics.csv", 0), digest("metrics.csv"))
 
     def rows(self) -> dict[str, int]:
         """Data rows written so far per CSV file (what a checkpoint must truncate back to)."""
@@ -388,7 +409,7 @@ class RunWriter:
 
     def on_metrics(self, row: dict[str, float]) -> None:
         self.metrics.append(row)
-        self.metrics_log.write([_fmt(row.get(f, math.nan)) for f in METRIC_FIELDS])
+        self.metrics_log.write([_fmt(row.get(f, math.nan)) for f in self.metric_fields])
 
     def write_scenario(self, toml_text: str) -> None:
         atomic_write(self.path / "scenario.toml", lambda p: p.write_text(toml_text, encoding="utf-8"))

@@ -26,8 +26,8 @@ from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
-from asyncfl.run import bias_report, checkpoint, rundir, tensorboard
 from asyncfl.privacy import per_client
+from asyncfl.run import bias_report, checkpoint, provenance, rundir, tensorboard
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
 
@@ -45,6 +45,11 @@ def _arrays(sim: Simulation) -> dict[str, np.ndarray]:
     if coefficients is not None:
         arrays["coefficients"] = coefficients
     return arrays
+
+
+def metric_fields(sim: Simulation) -> tuple[str, ...]:
+    """The columns of ``metrics.csv``: :data:`METRIC_FIELDS` and the task's own metrics."""
+    return (*METRIC_FIELDS, *(m for m in sim.task.metric_names if m not in METRIC_FIELDS))
 
 
 def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -81,8 +86,9 @@ async def run_to_dir(
     sim = simulation if simulation is not None else Simulation(scenario)
     path, lock = rundir.prepare(out, overwrite=overwrite)
     with lock:
-        writer = rundir.RunWriter(path)
+        writer = rundir.RunWriter(path, metric_fields=metric_fields(sim))
         writer.write_scenario(scenario.to_toml())
+        provenance.write(path, scenario, sim.task)
         return await _drive(sim, writer, on_event, should_stop)
 
 
@@ -169,6 +175,7 @@ class ResumePlan:
     scenario: Scenario
     status: str | None
     checkpoint: checkpoint.Checkpoint | None
+    components: dict[str, Any] | None = None  # components.json: what the run was built from
 
     @property
     def step(self) -> int:
@@ -194,16 +201,20 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
         if version != rundir.FORMAT_VERSION:
             raise RunDirError(f"{path}: run directory format_version {reprlib.repr(version)}; this asyncfl reads format_version {rundir.FORMAT_VERSION}")
         status = summary.get("status")
+    recorded = provenance.read(path)
     try:
-        scenario = scenario_mod.load(toml_path)
+        scenario = scenario_mod.load(toml_path, run_dir=True)
     except ScenarioError as exc:
+        gone = provenance.missing(recorded)
+        if gone:
+            raise RunDirError(f"{path}: cannot be rebuilt, nothing was changed:\n" + "\n".join(f"  - {p}" for p in gone)) from None
         raise RunDirError(f"{path}: its scenario.toml is not valid:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
     state = None
     if status not in ("completed", "diverged", "stalled") and (path / CHECKPOINT_NAME).exists():
         state = checkpoint.read(path / CHECKPOINT_NAME)
         if state.scenario_toml != scenario.to_toml():
             raise CheckpointError(f"{path / CHECKPOINT_NAME}: written for another scenario than {toml_path} (edited after the run started?)")
-    return ResumePlan(path, scenario, status, state)
+    return ResumePlan(path, scenario, status, state, recorded)
 
 
 async def resume_dir(
@@ -233,17 +244,19 @@ async def resume_dir(
             tensorboard.check_available()
         if plan.checkpoint is None:
             sim = Simulation(plan.scenario, **kwargs)  # refused (memory, traces) before a file is removed
+            _check_provenance(plan, sim)
             _remove_temporaries(plan.path)
             for name in OUTPUTS:
                 (plan.path / name).unlink(missing_ok=True)
-            writer = rundir.RunWriter(plan.path)
+            writer = rundir.RunWriter(plan.path, metric_fields=metric_fields(sim))
             return await _drive(sim, writer, on_event, should_stop)
         ck = plan.checkpoint
         sim = Simulation(plan.scenario, **kwargs)
+        _check_provenance(plan, sim)
         problems = checkpoint.validate(ck, sim.state(), plan.scenario)
         prefixes: dict[str, rundir.CsvPrefix] = {}
         if not problems:  # both CSV files checked before either is cut
-            fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": METRIC_FIELDS}
+            fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": metric_fields(sim)}
             for name in fields:
                 prefixes[name] = rundir.csv_prefix(plan.path / name, fields[name], ck.csv_rows[name])
             problems = checkpoint.file_problems(ck, {name: prefix.sha256() for name, prefix in prefixes.items()})
@@ -255,7 +268,7 @@ async def resume_dir(
         resumed_from = ck.step
         for name, prefix in prefixes.items():
             rundir.truncate(plan.path / name, prefix.size)
-        writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes)
+        writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes, metric_fields=metric_fields(sim))
         writer.checkpoint_step = resumed_from
         sim.sink = writer
         if ck.fault is not None:  # killed between the divergence checkpoint and its summary
@@ -266,6 +279,15 @@ async def resume_dir(
                 writer.close()
             raise NumericalFault(ck.fault)
         return await _drive(sim, writer, on_event, should_stop)
+
+
+def _check_provenance(plan: ResumePlan, sim: Simulation) -> None:
+    """Refuse to continue on other components, plug-in versions, data or model than the run
+    started with (``components.json``, :func:`asyncfl.run.provenance.problems`)."""
+    changed = provenance.problems(plan.components, plan.scenario, sim.task)
+    if changed:
+        raise RunDirError(f"{plan.path}: the run cannot continue on what is installed now; nothing was changed:\n"
+                          + "\n".join(f"  - {p}" for p in changed))
 
 
 def _remove_temporaries(path: Path) -> None:

@@ -10,9 +10,12 @@ can be watched live (``tensorboard --logdir runs/``), with the step as TensorBoa
   ``staleness/accepted`` of the staleness of the updates accepted since the previous evaluation
   (from the per-step counts).
 
-The writer is machinery, not state: a checkpoint holds nothing of it, and a resumed run opens a
-new event file with ``purge_step`` = the checkpoint's step, so TensorBoard drops what the
-interrupted process had logged after it (the run itself stays bit for bit the same). The
+The writer is machinery, not state: a checkpoint holds nothing of it. A resumed run first
+rewrites the event files the interrupted process left, keeping only the events of steps up to
+the checkpoint's (:func:`drop_after`), then opens a new event file: every evaluation appears
+once, whatever reads the files (TensorBoard's ``purge_step`` alone hides the doubled events
+from TensorBoard's own loader only, not from other readers of the files). The run itself stays
+bit for bit the same. The
 optional package is ``tensorboard`` (``pip install 'asyncfl[tensorboard]'``); without it a run
 with ``run.tensorboard = true`` is refused before anything is written.
 """
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from asyncfl.errors import ScenarioError
+from asyncfl.run.rundir import atomic_write
 from asyncfl.records import StepEvent
 
 DIRNAME = "tensorboard"
@@ -51,14 +55,17 @@ class TensorBoardLog:
     """Writes a run's evaluations to ``run_dir/tensorboard`` (see the module docstring)."""
 
     def __init__(self, run_dir: Path, start_step: int = 0) -> None:
-        self.writer = _writer_class()(log_dir=str(Path(run_dir) / DIRNAME), purge_step=start_step)
+        cls = _writer_class()
+        if start_step > 0:
+            drop_after(Path(run_dir) / DIRNAME, start_step)
+        self.writer = cls(log_dir=str(Path(run_dir) / DIRNAME), purge_step=start_step + 1 if start_step > 0 else None)
         self._since = start_step  # per-step counts already summarised
 
     def on_event(self, sim: Any, event: StepEvent) -> None:
         if event.metrics is None:
             return
         step, w = event.step, self.writer
-        for key, tag in SCALARS.items():
+        for key, tag in {**SCALARS, **{name: f"eval/{name}" for name in sim.task.metric_names}}.items():
             value = event.metrics.get(key, math.nan)
             if value is not None and math.isfinite(value):
                 w.add_scalar(tag, float(value), step)
@@ -78,3 +85,35 @@ class TensorBoardLog:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def drop_after(folder: Path, step: int) -> None:
+    """Rewrite every event file in ``folder`` without the events of steps after ``step`` (those
+    a killed run logged after its last checkpoint; a resume logs them again). An event file is a
+    sequence of TFRecords (length, its CRC, the ``Event`` protobuf, its CRC); the records kept are
+    copied byte for byte. A file that cannot be parsed is left as it is."""
+    from tensorboard.compat.proto import event_pb2
+
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        data = path.read_bytes()
+        kept, pos, changed = [], 0, False
+        try:
+            while pos < len(data):
+                length = int.from_bytes(data[pos:pos + 8], "little")
+                end = pos + 12 + length + 4
+                if length < 0 or end > len(data):
+                    raise ValueError("a truncated record")
+                event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+                if event.step > step and (event.HasField("summary") or event.HasField("session_log")):
+                    changed = True
+                else:
+                    kept.append(data[pos:end])
+                pos = end
+        except Exception:  # noqa: BLE001 - not ours to judge: a damaged file is left as it is
+            continue
+        if changed:
+            atomic_write(path, lambda p, body=b"".join(kept): p.write_bytes(body))

@@ -127,7 +127,20 @@ class PseudoGradient(Algorithm):
         return apply(theta, out.direction, self.lr), PseudoGradientState(out.state), info
 
 
-def build_pseudo_gradient(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> PseudoGradient:
-    """FedAvg (``client.mu`` = 0) or FedProx (``mu > 0``): ``rule`` on ``aggregator``'s
-    aggregate, server learning rate ``server.lr`` (docs/baselines.md §1)."""
-    return PseudoGradient(aggregator, rule, scenario.server.lr, scenario.client.mu)
+class AlgorithmContext(NamedTuple):
+    """What an algorithm's builder gets besides its own config (docs/extending.md §5): the number
+    of clients, the proximal ``μ`` of their local problem (``client.mu``), the server learning
+    rate (``server.lr``), the aggregator of the accepted uploads (exact or private) and the
+    server rule (``server.rule``)."""
+
+    num_clients: int
+    mu: float
+    lr: float
+    aggregator: Aggregator
+    rule: ServerRule
+
+
+def build_pseudo_gradient(cfg: None, ctx: AlgorithmContext) -> PseudoGradient:
+    """FedAvg (``client.mu`` = 0) or FedProx (``mu > 0``): the rule on the aggregator's aggregate,
+    server learning rate ``server.lr`` (docs/baselines.md §1)."""
+    return PseudoGradient(ctx.aggregator, ctx.rule, ctx.lr, ctx.mu)

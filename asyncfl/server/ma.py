@@ -464,8 +464,8 @@ class MAFull(_MARule):
         self.ridge, self.window = float(ridge), window
 
     @classmethod
-    def from_config(cls, server: Any) -> "MAFull":
-        return cls(server.beta, server.ma_target, server.ma_ridge, server.ma_window)
+    def from_config(cls, cfg: Any) -> "MAFull":
+        return cls(cfg.beta, cfg.ma_target, cfg.ma_ridge, cfg.ma_window)
 
     def init(self, theta: torch.Tensor) -> MAFullState:
         history = theta.new_empty((0, theta.numel()))
@@ -557,8 +557,8 @@ class MALight(_MARule):
     ``coefficients`` = ``[u_t, v_t]`` (:func:`light_matrix_from_uv` rebuilds ``A``)."""
 
     @classmethod
-    def from_config(cls, server: Any) -> "MALight":
-        return cls(server.beta, server.ma_target)
+    def from_config(cls, cfg: Any) -> "MALight":
+        return cls(cfg.beta, cfg.ma_target)
 
     def init(self, theta: torch.Tensor) -> MALightState:
         return MALightState(0, torch.zeros_like(theta), np.zeros(0))

@@ -5,9 +5,10 @@ Every rule is a pair of pure functions: ``init(theta) -> state`` and
 ``θ_{t+1} = θ_t − η m_t`` is :func:`apply` and is the same for all rules. States are
 NamedTuples of tensors and numbers, so a checkpoint is just that data.
 
-Rules are registered by name in :data:`asyncfl.config.registries.RULES` (docs/server-rules.md);
-every registered class has ``from_config(server)``, which reads its hyper-parameters from the
-``[server]`` section; :func:`asyncfl.server.compose.make_rule` builds the one a scenario names.
+Each rule is a component (:mod:`asyncfl.components.builtin`, docs/extending.md §5) whose builder
+is its ``from_config(cfg)``: ``cfg`` is the rule's own config (its keys in ``[server]``, e.g.
+:class:`asyncfl.config.server.MomentumConfig`; None for SGD, which has none);
+:func:`asyncfl.server.compose.make_rule` builds the one a scenario names.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class SGD(ServerRule):
     """``m_t = r_t``; target ``M = I``."""
 
     @classmethod
-    def from_config(cls, server: Any) -> "SGD":
+    def from_config(cls, cfg: Any = None) -> "SGD":
         return cls()
 
     def init(self, theta: torch.Tensor) -> EmptyState:
@@ -81,8 +82,8 @@ class Momentum(ServerRule):
         self.beta = beta
 
     @classmethod
-    def from_config(cls, server: Any) -> "Momentum":
-        return cls(server.beta)
+    def from_config(cls, cfg: Any) -> "Momentum":
+        return cls(cfg.beta)
 
     def init(self, theta: torch.Tensor) -> TraceState:
         return TraceState(torch.zeros_like(theta), False)
@@ -127,8 +128,8 @@ class Adam(ServerRule):
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
 
     @classmethod
-    def from_config(cls, server: Any) -> "Adam":
-        return cls(server.beta, server.adam_beta2, server.adam_eps)
+    def from_config(cls, cfg: Any) -> "Adam":
+        return cls(cfg.beta, cfg.adam_beta2, cfg.adam_eps)
 
     def init(self, theta: torch.Tensor) -> AdamState:
         return AdamState(0, torch.zeros_like(theta), torch.zeros_like(theta))

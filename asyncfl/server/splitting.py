@@ -42,7 +42,7 @@ import torch
 
 from asyncfl.compute.training import LocalJob
 from asyncfl.server.aggregation import Aggregator, ClientUpdate
-from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
+from asyncfl.server.algorithms import Algorithm, AlgorithmContext, ServerStreams, StepInfo
 from asyncfl.server.rules import ServerRule
 
 if TYPE_CHECKING:
@@ -317,19 +317,19 @@ class FedPD(PersistentClients):
         return {**clients, "c": theta.expand_as(clients["c"]).clone()}
 
 
-def build_fedsplit(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedSplit:
+def build_fedsplit(cfg: None, ctx: AlgorithmContext) -> FedSplit:
     """FedSplit over the task's clients, ``μ = client.mu``. The splitting baselines take their
-    server step from their own math on the table of every client's latest upload: ``aggregator``
-    and ``rule`` are not used (the same holds for FedDR and FedPD)."""
-    return FedSplit(task.num_clients, scenario.client.mu)
+    server step from their own math on the table of every client's latest upload: the context's
+    aggregator and rule are not used (the same holds for FedDR and FedPD)."""
+    return FedSplit(ctx.num_clients, ctx.mu)
 
 
-def build_feddr(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedDR:
-    """FedDR with ``server.alpha`` and the server regulariser ``server.regularizer`` / ``reg``."""
-    server = scenario.server
-    return FedDR(task.num_clients, scenario.client.mu, server.alpha, server.regularizer, server.reg)
+def build_feddr(cfg: Any, ctx: AlgorithmContext) -> FedDR:
+    """FedDR with its ``alpha`` and the server regulariser ``regularizer`` / ``reg``
+    (:class:`asyncfl.config.server.FedDRConfig`)."""
+    return FedDR(ctx.num_clients, ctx.mu, cfg.alpha, cfg.regularizer, cfg.reg)
 
 
-def build_fedpd(scenario: Scenario, task: Task, aggregator: Aggregator, rule: ServerRule) -> FedPD:
-    """FedPD with skip probability ``server.skip_probability``."""
-    return FedPD(task.num_clients, scenario.client.mu, scenario.server.skip_probability)
+def build_fedpd(cfg: Any, ctx: AlgorithmContext) -> FedPD:
+    """FedPD with its ``skip_probability`` (:class:`asyncfl.config.server.FedPDConfig`)."""
+    return FedPD(ctx.num_clients, ctx.mu, cfg.skip_probability)

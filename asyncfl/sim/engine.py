@@ -52,7 +52,6 @@ from asyncfl.compute.compose import make_executor
 from asyncfl.compute.executors import Executor
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.memory import check_memory
-from asyncfl.config.registries import PROTOCOLS
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import (
     CheckpointError, NumericalFault, ParticipationCapReached, RunInterrupted, SimulationStalled, TraceError,
@@ -68,8 +67,6 @@ from asyncfl.tasks import build_task
 from asyncfl.tasks.base import Task
 from asyncfl.tensor_checks import all_finite, finite_rows
 
-#: the algorithms that step through a server rule (PseudoGradient); the splitting baselines do not
-RULE_ALGORITHMS = ("fedavg", "fedprox")
 MAX_REJECTED_PER_STEP = 1000  # uploads rejected in a row (no step between) before the run stops
 
 
@@ -108,8 +105,9 @@ class InFlight:
 
 
 def num_staleness(scenario: Scenario) -> int | None:
-    """``L = max_staleness + 1`` (None when unbounded; sync runs have only τ = 0)."""
-    if scenario.server.protocol == "sync":
+    """``L = max_staleness + 1`` (None when unbounded; 1 for a protocol whose uploads are never
+    stale, such as sync)."""
+    if not scenario.component("protocol").traits.stale:
         return 1
     ms = scenario.server.max_staleness
     return None if ms is None else ms + 1
@@ -120,7 +118,7 @@ def make_private_aggregator(scenario: Scenario) -> tuple[privacy.PrivacySetup, A
     server = scenario.server
     return privacy.build_privacy(
         scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,
-        server.max_staleness if server.protocol == "fedbuff" else 0, server.staleness_exponent,
+        server.max_staleness if scenario.component("protocol").traits.stale else 0, server.staleness_exponent,
         protocol=server.protocol,
     )
 
@@ -129,7 +127,7 @@ def default_algorithm(scenario: Scenario, task: Task, aggregator: Aggregator | N
     """The scenario's algorithm (``server.algorithm``) over ``aggregator`` (default: exact)."""
     if aggregator is None:
         aggregator = ExactAggregator(scenario.server.staleness_exponent, num_staleness(scenario))
-    return build_algorithm(scenario, task, aggregator)
+    return build_algorithm(scenario, task.num_clients, aggregator)
 
 
 class Simulation:
@@ -166,8 +164,9 @@ class Simulation:
             Participation(scenario.population.clients, self.privacy_setup.cap) if self.privacy_setup is not None else None
         )
         self.fleet.participation = self.participation
+        self._hook = scenario.component("hook").builder()(scenario.config_of("hook"))  # what clients do to uploads
         self.env = simpy.Environment()
-        self.protocol: FedBuffProtocol | SyncProtocol = PROTOCOLS.load(scenario.server.protocol)(self)
+        self.protocol: FedBuffProtocol | SyncProtocol = scenario.component("protocol").builder()(self)
 
         # --- state: what Simulation.state() declares (SimState) --------------------------------
         self.theta = self.task.initial_theta.detach().clone()
@@ -403,7 +402,8 @@ class Simulation:
         locals_ = [await rec.future for rec, _ in entries]
         step = self.version
         accepted: list[tuple[InFlight, int, torch.Tensor]] = []
-        messages = self.algorithm.client_messages([rec.job for rec, _ in entries], locals_, self.algo_state)
+        jobs = [rec.job for rec, _ in entries]
+        messages = self._hook.apply(jobs, self.algorithm.client_messages(jobs, locals_, self.algo_state))
         for (rec, tau), message, reason in zip(entries, messages, screen(messages, self.scenario.run.max_update_norm)):
             if reason:
                 self.counters.rejected_nonfinite += reason == "non-finite"
@@ -468,6 +468,7 @@ class Simulation:
             "staleness_mean": float(np.mean(self._eval_staleness)) if self._eval_staleness else math.nan,
             "staleness_max": float(np.max(self._eval_staleness)) if self._eval_staleness else math.nan,
             "gap": self.task.optimality_gap(self.theta),  # F − F* (quadratic tasks), else NaN
+            **{name: float(metrics.get(name, math.nan)) for name in self.task.metric_names},  # the task's own
         }
         self._eval_staleness = []
         self.last_metrics = row
@@ -550,7 +551,7 @@ class Simulation:
             # what ran (docs/run-directory.md §6); FedSplit, FedDR and FedPD use no server rule
             "protocol": server.protocol,
             "algorithm": server.algorithm,
-            "rule": server.rule if server.algorithm in RULE_ALGORITHMS else None,
+            "rule": server.rule if self.scenario.component("algorithm").traits.uses_rule else None,
             "task": self.scenario.task.name,
             "private": self.scenario.privacy.enabled,
             "steps": self.steps_done,

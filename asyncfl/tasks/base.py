@@ -13,18 +13,45 @@ Local objective of client ``k`` on a mini-batch ``B`` (``ℓ`` = ``loss_fn`` per
 An optional ridge term ``(l2/2)‖θ‖²`` (``Task.l2``, e.g. the synthetic task's ``l2`` key) is part
 of every client objective: ``batch_objective`` and ``train_loss`` include it, ``evaluate``
 reports the data loss only.
+
+Modes and buffers (docs/tasks.md §1). Training runs the model in train mode, evaluation
+(``evaluate``, ``train_loss``) in eval mode, so dropout is off and a model scores the same twice.
+Only parameters are part of ``θ``: a buffer that a forward pass would update — the running
+statistics of BatchNorm — would be shared state outside ``θ``, updated by whichever client ran
+last and never aggregated, so a model holding one is refused (:class:`~asyncfl.errors.ScenarioError`
+naming the module: use GroupNorm, LayerNorm, or BatchNorm with ``track_running_stats=False``,
+which normalises with the batch's own statistics in both modes). Other buffers are constants.
+
+A task's own metrics: a subclass whose ``evaluate`` returns more than ``loss`` (and ``accuracy``)
+lists the extra names in ``metric_names``; each becomes a column of ``metrics.csv`` and a
+TensorBoard scalar ``eval/NAME``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 import numpy as np
 import torch
 
+from asyncfl.errors import ScenarioError
+
 EVAL_CHUNK = 8192  # rows per forward pass in evaluate / train_loss (see Task._sums)
+
+
+def refuse_running_statistics(task: str, model: torch.nn.Module) -> None:
+    """Refuse a model with a buffer that a forward pass updates (BatchNorm's running statistics):
+    it would be state outside ``θ``, shared by every client and never aggregated (module docstring)."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._NormBase) and module.track_running_stats:
+            raise ScenarioError([
+                f"task {task!r}: its model's {name or 'root'} ({type(module).__name__}) keeps running statistics, which "
+                "are not parameters: asyncfl trains and aggregates parameters only (docs/tasks.md §1). Use GroupNorm or "
+                "LayerNorm, or BatchNorm with track_running_stats=False (batch statistics in training and evaluation)"
+            ])
 
 
 @dataclass(frozen=True)
@@ -105,8 +132,10 @@ class Task:
     quadratic: QuadraticForm | None = None
     initial_theta: torch.Tensor = field(default=None)  # type: ignore[assignment]
     l2: float = 0.0  # ridge coefficient: every client objective gets + (l2/2)‖θ‖²
+    metric_names: tuple[str, ...] = ()  # what evaluate() returns besides loss and accuracy
 
     def __post_init__(self) -> None:
+        refuse_running_statistics(self.name, self.model)
         names, shapes = [], []
         for name, p in self.model.named_parameters():
             names.append(name)
@@ -150,6 +179,16 @@ class Task:
     def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return torch.func.functional_call(self.model, self.unflatten(theta), (x,))
 
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """The model in eval mode for the duration (dropout off), then back in the mode it was."""
+        was = self.model.training
+        self.model.train(False)
+        try:
+            yield
+        finally:
+            self.model.train(was)
+
     def regularizer(self, theta: torch.Tensor) -> torch.Tensor | float:
         """``(l2/2)‖θ‖²`` (0 when ``l2 = 0``); sums over the last axis only."""
         if self.l2 == 0.0:
@@ -165,7 +204,8 @@ class Task:
     def evaluate(self, theta: torch.Tensor, data: ClientData | None = None) -> dict[str, float]:
         """Mean per-sample loss (and accuracy for classification) on ``data`` (default: test set)."""
         data = self.test if data is None else data
-        loss, terms, correct = self._sums(theta, data)
+        with self.evaluating():
+            loss, terms, correct = self._sums(theta, data)
         metrics = {"loss": loss / terms if terms else math.nan}
         if self.classification:
             metrics["accuracy"] = correct / max(len(data), 1)
@@ -178,7 +218,8 @@ class Task:
         pooled = self.pooled_training_data()
         if len(pooled) == 0:
             return float(self.regularizer(theta))
-        loss, terms, _ = self._sums(theta, pooled)
+        with self.evaluating():
+            loss, terms, _ = self._sums(theta, pooled)
         return loss / terms + float(self.regularizer(theta))
 
     def _sums(self, theta: torch.Tensor, data: ClientData) -> tuple[float, int, float]:

@@ -8,6 +8,7 @@ an error naming the task, method, K and field (exit 2 from the CLI), never a fai
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.memory import check_memory
 from asyncfl.errors import ScenarioError
-from asyncfl.privacy.aggregator import resolve_sigma, run_shape
+from asyncfl.privacy.aggregator import build_privacy, resolve_sigma, run_shape
 from asyncfl.studies.ma_study.spec import NODP, PrivacyEntry, StudyError, StudySpec, TaskEntry, parse_spec, read_spec_file
 
 
@@ -76,6 +77,15 @@ class Study:
                     problems.append(f"privacy[{i}].tasks: {t!r} is not a task of the study ({', '.join(self.tasks)})")
             if sum(x is not None for x in (p.xi, p.gamma, p.xi_over_sigma)) > 1:
                 problems.append(f"privacy[{i}] ({p.name}): give at most one of xi, gamma, xi_over_sigma")
+            if p.sampling == "participation-cap" and p.max_participations is None:
+                problems.append(f"privacy[{i}] ({p.name}).max_participations: required with sampling = 'participation-cap'")
+        for field, values in (("seeds", spec.seeds), ("dp_seeds", spec.dp_seeds or []), ("k_multiples", spec.k_multiples),
+                              ("methods", spec.methods), ("dp", spec.dp),
+                              *((f"lr_grid.{m}", spec.lr_grid.of(m) or []) for m in spec.methods)):
+            twice = sorted({repr(v) for v in values if list(values).count(v) > 1})
+            if twice:
+                problems.append(f"{field}: {', '.join(twice)} given twice; each value at most once (a repeated one is "
+                                "the same run, counted as two)")
         for method in spec.methods:
             if self.spec.lr_grid.of(method) is None:
                 problems.append(f"lr_grid.{method}: required for every method in methods (a list of server learning rates)")
@@ -98,12 +108,23 @@ class Study:
                     for label in self.settings_of(task.name):
                         point = Point(task.name, method, K, spec.seeds[0], label, self.spec.lr_grid.of(method)[0], spec.steps)
                         try:
-                            check_memory(self.scenario(point))  # and that it fits this machine
+                            sc = self.scenario(point)
+                            check_memory(sc)  # and that it fits this machine
+                            if sc.privacy.enabled:  # σ, ξ > σ, the cap: what the run checks when it starts
+                                build_privacy(sc.privacy, int(sc.server.buffer), sc.population.clients, sc.run.steps,
+                                              sc.server.max_staleness, sc.server.staleness_exponent,
+                                              sc.server.protocol)
                         except ScenarioError as exc:
                             where = f"tasks[{i}] ({task.name}), {method}, K={K}, privacy={label}"
                             problems.extend(f"{where}: {p}" for p in exc.problems)
         if problems:
             raise StudyError(sorted(set(problems), key=problems.index), source)
+
+    def digest(self) -> str:
+        """SHA-256 of everything the study's runs follow from: the validated spec and each
+        task's base scenario (an edited spec or scenario file gives another digest)."""
+        return hashlib.sha256(json.dumps({"spec": self.spec.model_dump(mode="json", by_alias=True), "bases": self._bases},
+                                         sort_keys=True, default=str).encode()).hexdigest()
 
     # -- scenarios ------------------------------------------------------------------------------
     def _base_raw(self, task: TaskEntry) -> dict[str, Any]:
@@ -199,7 +220,9 @@ class Study:
         clients = raw.get("population", {}).get("clients", scenario_mod.PopulationConfig().clients)
         for key, value in self.privacy_overrides(point, clients).items():
             scenario_mod.assign(raw, key, value)
-        return scenario_mod.validate(_drop_none(raw))
+        raw = _drop_none(raw)
+        scenario_mod.drop_unowned(raw)  # a spec's key applies to the points whose components own it (β: not to SGD)
+        return scenario_mod.validate(raw)
 
     def first_point(self, task: str) -> Point:
         """The task's first point (first method, its first K and lr, first seed, no DP): the

@@ -16,10 +16,10 @@ from asyncfl.studies.ma_study.spec import METHOD_LABELS, NODP
 
 RESULT_FIELDS = (
     "task", "method", "K", "seed", "dp", "privacy", "lr", "steps_to_target", "time_to_target", "final_accuracy",
-    "best_accuracy", "bias", "amplification", "target_accuracy", "final_loss", "steps", "epsilon", "status", "run_dir",
+    "best_accuracy", "bias", "amplification", "target_accuracy", "final_loss", "steps", "epsilon", "status", "run_dir", "message",
 )
 TUNING_FIELDS = ("task", "dp", "privacy", "K", "method", "lr", "score", "final_accuracy", "status", "chosen", "edge",
-                 "run_dir")
+                 "run_dir", "message")
 POOLED_FIELDS = ("task", "seed", "clients", "pooled_steps", "final_accuracy", "best_accuracy")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from asyncfl.run.bias_report import analysis_of
 from asyncfl.errors import RunDirError
 from asyncfl.run.rundir import read_json
 from asyncfl.studies.ma_study.design import Study
@@ -75,7 +76,7 @@ def write_report(study: Study, out: Path, rows: Rows, tuning_rows: Rows, figure_
         L.append(f"  * `{t.name}`: {sc.task.model_dump(exclude_none=True)}, N = {sc.population.clients} clients, "
                  f"latency {sc.latency.model_dump()}, local {sc.client.local_steps or sc.client.epochs} "
                  f"{'steps' if sc.client.local_steps else 'epochs'} lr {sc.client.lr} batch {sc.client.batch_size}, "
-                 f"p = {sc.server.staleness_exponent}, τ_max = {sc.server.max_staleness}, β = {sc.server.beta}"
+                 f"p = {sc.server.staleness_exponent}, τ_max = {sc.server.max_staleness}, β = {analysis_of(sc).beta}"
                  f"{', DP clip S_Δ = %g' % (spec.privacy[0].clip or sc.privacy.clip) if True in spec.dp else ''} — target {t.target_accuracy}")
     L.append("")
 

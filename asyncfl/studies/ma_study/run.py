@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from asyncfl.run import outdir
 from asyncfl.run.parallel import Backend, InProcess, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.studies.ma_study.design import Point, Study
 from asyncfl.studies.ma_study.outputs import POOLED_FIELDS, RESULT_FIELDS, TUNING_FIELDS, write_csv, write_scenarios
@@ -26,27 +27,51 @@ from asyncfl.studies.ma_study.spec import NODP
 ProgressHook = Callable[[RunOutcome, Progress], None]
 
 
-def run_points(study: Study, points: list[Point], out: Path, backend: Backend, progress: ProgressHook | None) -> dict[Point, str]:
-    """Run (or read back) every point on ``backend``; returns each point's status."""
+def run_points(study: Study, points: list[Point], out: Path, backend: Backend, progress: ProgressHook | None,
+               owned: outdir.OutDir | None = None, messages: dict[Point, str] | None = None) -> dict[Point, str]:
+    """Run (or read back) every point on ``backend``; returns each point's status (and puts the
+    message of each run that did not complete into ``messages``). With ``owned`` (the claimed
+    study folder) the run directories are recorded as the study's before they are written."""
     unique = list(dict.fromkeys(points))
+    if owned is not None:
+        owned.check_runs([p.rel_dir() for p in unique])
+        owned.add_runs([p.rel_dir() for p in unique])
     jobs = [RunJob(str(p.rel_dir()), study.scenario(p), out / p.rel_dir()) for p in unique]
     outcomes = run_jobs(jobs, backend, progress)
-    return {p: (read_status(out / p.rel_dir()) or o.status) for p, o in zip(unique, outcomes)}
+    statuses = {}
+    for p, o in zip(unique, outcomes):
+        status = o.status if o.status not in ("completed",) else (read_status(out / p.rel_dir()) or o.status)
+        statuses[p] = status
+        if messages is not None and status != "completed":
+            messages[p] = " ".join((o.message or "no message").split())
+    return statuses
 
 
 def run_study(study: Study, out: str | Path, progress: ProgressHook | None = None,
               total_hook: Callable[[int], None] | None = None, backend: Backend | None = None,
-              fmt: str = "png") -> dict[str, Any]:
-    """Tune, run and report (see :mod:`asyncfl.studies.ma_study`; figures as ``fmt``). Returns the rows written."""
+              fmt: str = "png", overwrite: bool = False, command: str = "asyncfl study") -> dict[str, Any]:
+    """Tune, run and report (see :mod:`asyncfl.studies.ma_study`; figures as ``fmt``) into
+    ``out``, claimed first (:func:`asyncfl.run.outdir.claim`: a study folder of this spec's
+    digest resumes, another is refused unless ``overwrite``). Returns the rows written; each
+    row's ``status`` and ``message`` say how its run ended."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    owned = outdir.claim(out, "study", command, study.digest(), overwrite=overwrite)
+    try:
+        return _run_study(study, out, owned, progress, total_hook, backend, fmt)
+    finally:
+        owned.release()
+
+
+def _run_study(study: Study, out: Path, owned: outdir.OutDir, progress: ProgressHook | None,
+               total_hook: Callable[[int], None] | None, backend: Backend | None, fmt: str) -> dict[str, Any]:
     spec = study.spec
+    messages: dict[Point, str] = {}
     backend = backend or InProcess()
     groups = plan_tuning(study)
     n_runs = count_runs(study, groups)
     if total_hook is not None:
         total_hook(n_runs)
-    tuned = run_points(study, [p for _, points in groups if len(points) > 1 for p in points], out, backend, progress)
+    tuned = run_points(study, [p for _, points in groups if len(points) > 1 for p in points], out, backend, progress, owned, messages)
     grids = {key: list(points) for key, points in groups}
     curves: dict[Point, list[dict[str, float]]] = {}  # each tuning run's metrics.csv, read once
 
@@ -68,7 +93,7 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
         n_runs += len(extra)
         if total_hook is not None:
             total_hook(n_runs)
-        tuned.update(run_points(study, list(extra.values()), out, backend, progress))
+        tuned.update(run_points(study, list(extra.values()), out, backend, progress, owned, messages))
         for key, point in extra.items():
             grids[key].append(point)
 
@@ -92,11 +117,12 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
                 "lr": point.lr, "score": score, "final_accuracy": metrics[-1]["accuracy"] if metrics else math.nan,
                 "status": status, "chosen": int(point.lr == best.lr),
                 "edge": int(point.lr == best.lr and best.lr in (lrs[0], lrs[-1])), "run_dir": str(point.rel_dir()),
+                "message": messages.get(point, ""),
             })
 
     finals = [Point(key[0], key[3], key[2], seed, key[1], chosen[key], spec.steps)
               for key, _ in groups for seed in study.seeds_of(key[1])]
-    status_of = run_points(study, finals, out, backend, progress)
+    status_of = run_points(study, finals, out, backend, progress, owned, messages)
     rows = []
     for key, points in groups:
         task, label, K, method = key
@@ -115,6 +141,7 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
                 "bias": run_bias(run_dir, method), "amplification": run_amplification(run_dir, method),
                 "target_accuracy": target, "final_loss": metrics[-1]["loss"] if metrics else math.nan,
                 "steps": spec.steps, "epsilon": run_epsilon(run_dir), "status": status, "run_dir": str(point.rel_dir()),
+                "message": messages.get(point, ""),
             })
     pooled_rows = pooled_reference(study, out)
     write_csv(out / "results.csv", RESULT_FIELDS, rows)
@@ -122,4 +149,5 @@ def run_study(study: Study, out: str | Path, progress: ProgressHook | None = Non
     write_csv(out / "pooled.csv", POOLED_FIELDS, pooled_rows)
     write_scenarios(study, chosen, out / "scenarios")
     write_report(study, out, rows, tuning_rows, fmt, pooled_rows)
-    return {"results": rows, "tuning": tuning_rows, "chosen": chosen, "pooled": pooled_rows}
+    return {"results": rows, "tuning": tuning_rows, "chosen": chosen, "pooled": pooled_rows, "messages": messages,
+            "tuning_statuses": tuned, "statuses": status_of}

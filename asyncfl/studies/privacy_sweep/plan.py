@@ -60,33 +60,53 @@ def resolve_budget(scenario: scenario_mod.Scenario) -> Budget:
 
 
 def sweep_points(budget: Budget, xis: Sequence[float] = (), gammas: Sequence[float] = ()) -> list[SweepPoint]:
-    """The points of the sweep, sorted by ξ (duplicates dropped).
+    """The points of the sweep, sorted by ξ.
 
     ``--xi`` values must be finite and exceed σ (the count noise ``ξ = σS/γ > σ`` for every
-    γ > 0); ``γ = σ S_Δ / √(ξ² − σ²)``. ``--gamma`` values must be finite and positive;
-    ``ξ = σ √(S_Δ² + γ²) / γ``. Every bad value is reported in one :class:`SweepError` naming
-    the option and σ — none is silently skipped."""
+    γ > 0); ``γ = σ S_Δ / √(ξ² − σ²)``. ``--gamma`` values must be finite and positive, and
+    imply ``ξ = σ √(S_Δ² + γ²) / γ`` at most :data:`~asyncfl.privacy.mechanism.MAX_XI` (the
+    bound of ``privacy.xi``). Every bad value is reported in one :class:`SweepError` naming the
+    option and σ — none is silently skipped — and so is a point given twice (the same ξ, or
+    two values that would name the same run)."""
     if not xis and not gammas:
         raise SweepError("give the sweep's points with --xi (count-noise levels ξ > σ) and/or --gamma (payload scales γ > 0)")
     problems: list[str] = []
-    bad_xi = [x for x in xis if not (math.isfinite(x) and x > budget.sigma)]
+    bad_xi = [x for x in xis if not (math.isfinite(x) and budget.sigma < x <= mechanism.MAX_XI)]
     if bad_xi:
         problems.append(
-            f"--xi {' '.join(f'{x:g}' for x in bad_xi)}: every ξ must be finite and exceed the noise multiplier "
-            f"{budget.describe()} (the count noise ξ = σS/γ is above σ for every γ); "
+            f"--xi {' '.join(f'{x:g}' for x in bad_xi)}: every ξ must be finite, at most {mechanism.MAX_XI:g}, and exceed "
+            f"the noise multiplier {budget.describe()} (the count noise ξ = σS/γ is above σ for every γ); "
             f"the smallest useful ξ is a little above {budget.sigma:.4g}"
         )
     bad_gamma = [g for g in gammas if not (math.isfinite(g) and g > 0)]
     if bad_gamma:
         problems.append(f"--gamma {' '.join(f'{g:g}' for g in bad_gamma)}: every γ must be finite and positive")
+    tiny = [g for g in gammas if g not in bad_gamma and not mechanism.xi_bound_ok(budget.sigma, budget.clip, g)]
+    if tiny:
+        problems.append(f"--gamma {' '.join(f'{g:g}' for g in tiny)}: implies a count noise ξ = σS/γ above "
+                        f"{mechanism.MAX_XI:g} (the largest ξ allowed); give γ ≥ {budget.sigma * budget.clip / mechanism.MAX_XI:.3g}")
     if problems:
         raise SweepError("\n".join(problems))
     points = [SweepPoint(float(x), mechanism.gamma_from_xi(budget.sigma, budget.clip, float(x)), "xi") for x in xis]
     points += [SweepPoint(mechanism.xi_from_gamma(budget.sigma, budget.clip, float(g)), float(g), "gamma") for g in gammas]
-    unique: dict[float, SweepPoint] = {}
-    for point in sorted(points, key=lambda pt: pt.xi):
-        unique.setdefault(round(point.xi, 12), point)
-    return list(unique.values())
+    points.sort(key=lambda pt: pt.xi)
+    labels = [xi_label(pt.xi) for pt in points]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise SweepError(f"--xi/--gamma: the point ξ = {', '.join(twice)} is given twice (values that give the same ξ, "
+                         "or that name the same run, count as one); give each once")
+    return points
+
+
+def xi_label(xi: float) -> str:
+    """ξ as a run's name shows it: 4 significant digits, or in full where those would merge two values."""
+    short = f"{xi:.4g}"
+    return short if float(short) == xi else repr(float(xi))
+
+
+def run_name(point: SweepPoint, rule: str, seed: int) -> str:
+    """The run directory of a point under ``runs/``: ``xi<ξ>-<rule>-s<seed>``."""
+    return f"xi{xi_label(point.xi)}-{rule}-s{seed}"
 
 
 def point_scenario(base: scenario_mod.Scenario, budget: Budget, point: SweepPoint, rule: str, seed: int) -> scenario_mod.Scenario:
@@ -99,7 +119,7 @@ def point_scenario(base: scenario_mod.Scenario, budget: Budget, point: SweepPoin
         privacy.pop(key, None)
     privacy["noise_multiplier"] = budget.sigma
     privacy[point.given] = point.xi if point.given == "xi" else point.gamma
-    raw["server"]["rule"] = rule
+    scenario_mod.apply_values(raw, [("server.rule", rule)])  # the old rule's own keys go with it
     raw["seed"] = int(seed)
-    raw["name"] = f"{base.name}-xi{point.xi:.4g}-{rule}-s{seed}"
+    raw["name"] = f"{base.name}-{run_name(point, rule, seed)}"
     return scenario_mod.validate(raw)

@@ -5,7 +5,6 @@ each run's row read back from its run directory (docs/run-directory.md)."""
 from __future__ import annotations
 
 import math
-import shutil
 import tomllib
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -13,13 +12,14 @@ from typing import Any, Callable, Sequence
 from asyncfl.config import scenario as scenario_mod
 import tomli_w
 
+from asyncfl.run import outdir
 from asyncfl.run.parallel import Backend, InProcess, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.errors import RunDirError
-from asyncfl.run.rundir import atomic_write, read_json
+from asyncfl.run.rundir import atomic_write, read_csv, read_json
 from asyncfl.studies.privacy_sweep.outputs import write_outputs
-from asyncfl.studies.privacy_sweep.plan import count_noise_std, point_scenario, resolve_budget, sweep_points, update_noise_std
+from asyncfl.studies.privacy_sweep.plan import (count_noise_std, point_scenario, resolve_budget, run_name, sweep_points,
+                                                update_noise_std)
 from asyncfl.studies.privacy_sweep.spec import BIAS_KEY, RULES, Budget, SweepError, SweepPoint, SweepRow
-from asyncfl.studies.privacy_sweep.tables import write_csv
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def read_row(scenario: scenario_mod.Scenario, budget: Budget, point: SweepPoint,
         epsilon_target=budget.epsilon_target, epsilon_spent=_finite(priv.get("epsilon_spent")), delta=budget.delta,
         sampling=budget.sampling, claim=budget.claim, sampling_rate=budget.q, max_participations=budget.max_participations,
         noise_cohort=budget.M,
-        rule=rule, seed=scenario.seed, status=str(summary.get("status", status)),
+        rule=rule, seed=scenario.seed, status=status,
         steps=int(summary.get("steps", 0) or 0),
         participations_max=_finite(priv.get("participations_max")), participations_mean=_finite(priv.get("participations_mean")),
         clients_at_cap=None if priv.get("clients_at_cap") is None else _finite(priv.get("clients_at_cap")),
@@ -65,35 +65,61 @@ def read_row(scenario: scenario_mod.Scenario, budget: Budget, point: SweepPoint,
         bias_momentum=_finite(bias.get("momentum")),
         update_noise_std=update_noise_std(budget.sigma, budget.clip, point.xi, budget.M),
         count_noise_std=count_noise_std(point.xi, budget.M),
-        run_dir=str(run_dir),
+        run_dir=str(run_dir), initial_accuracy=_initial_accuracy(run_dir),
     )
+
+
+def _initial_accuracy(run_dir: Path) -> float:
+    """The untrained model's test accuracy: ``metrics.csv``'s step-0 row (NaN without one)."""
+    try:
+        rows = read_csv(run_dir / "metrics.csv")
+    except (OSError, RunDirError, UnicodeDecodeError):
+        return math.nan
+    return _finite(rows[0].get("accuracy")) if rows and rows[0].get("step") == "0" else math.nan
 
 
 RECORD = "privacy_sweep.toml"
 
 
-def record_command(out: Path, scenario: scenario_mod.Scenario, xis: Sequence[float], gammas: Sequence[float],
-                   rules: Sequence[str], seeds: Sequence[int], overwrite: bool) -> None:
-    """Record what the sweep in ``out`` is (the resolved scenario, ξ or γ, rules, seeds), so
-    that rerunning the same command resumes it. Another sweep in ``out`` is refused, or with
-    ``overwrite`` its runs are removed first."""
-    record = {"scenario": scenario.to_toml(), "xi": [float(x) for x in xis], "gamma": [float(g) for g in gammas],
-              "rules": list(rules), "seeds": [int(x) for x in seeds]}
-    path = out / RECORD
-    if path.is_file():
-        try:
-            old = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            old = None
-        if old != record:
-            if not overwrite:
-                raise SweepError(f"--out {out}: holds another privacy sweep ({RECORD}); rerun its command to resume it, "
-                                 "choose another --out, or pass --overwrite to replace it")
-            shutil.rmtree(out / "runs", ignore_errors=True)
-    elif (out / "sweep.csv").exists() and not overwrite:
-        raise SweepError(f"--out {out}: already holds a sweep (sweep.csv); pass --overwrite to replace it")
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda p: p.write_text(tomli_w.dumps(record), encoding="utf-8"))
+def sweep_record(scenario: scenario_mod.Scenario, xis: Sequence[float], gammas: Sequence[float],
+                 rules: Sequence[str], seeds: Sequence[int]) -> dict[str, Any]:
+    """What the sweep is (the resolved scenario, ξ or γ, rules, seeds): ``privacy_sweep.toml``."""
+    return {"scenario": scenario.to_toml(), "xi": [float(x) for x in xis], "gamma": [float(g) for g in gammas],
+            "rules": list(rules), "seeds": [int(x) for x in seeds]}
+
+
+def _read_record(out: Path) -> dict[str, Any] | None:
+    try:
+        return tomllib.loads((out / RECORD).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+
+
+def claim_out(out: Path, record: dict[str, Any], overwrite: bool = False, command: str = "asyncfl privacy") -> outdir.OutDir:
+    """Take ``out`` for the sweep ``record`` (:func:`asyncfl.run.outdir.claim`): rerunning the same
+    sweep resumes it; another sweep there is refused, or with ``overwrite`` only its own files
+    are removed; any other folder is refused. Records the command."""
+    def accept(marker: dict[str, Any] | None) -> bool:  # a sweep of before the ownership record
+        return _read_record(out) == record
+
+    owned = outdir.claim(out, "privacy", command, outdir.digest(record), overwrite=overwrite, accept=accept)
+    try:
+        atomic_write(out / RECORD, lambda p: p.write_text(tomli_w.dumps(record), encoding="utf-8"))
+    except BaseException:
+        owned.release()
+        raise
+    return owned
+
+
+def check_choices(rules: Sequence[str], seeds: Sequence[int]) -> None:
+    """Each rule and seed at most once (a repeated one would be the same run twice)."""
+    bad_rules = [r for r in rules if r not in BIAS_KEY]
+    if bad_rules or not rules:
+        raise SweepError(f"--rules {' '.join(bad_rules)}: each rule must be one of {', '.join(RULES)}")
+    if len(set(rules)) != len(rules):
+        raise SweepError(f"--rules {' '.join(rules)}: a rule is given twice; give each once")
+    if len(set(seeds)) != len(seeds):
+        raise SweepError(f"--seeds {' '.join(map(str, seeds))}: a seed is given twice; give each once")
 
 
 def run_sweep(
@@ -108,29 +134,37 @@ def run_sweep(
     on_start: Callable[[int, int], None] | None = None,
     budget: Budget | None = None,
     fmt: str = "png",
+    overwrite: bool = False,
+    command: str = "asyncfl privacy",
 ) -> tuple[Budget, list[SweepRow]]:
     """Run every (seed, ξ, rule) of the sweep into ``out/runs/…`` through the parallel runner
     (:mod:`asyncfl.run.parallel`; finished runs are read back, interrupted ones resumed) and
-    write the outputs into ``out``. σ is resolved once (:func:`resolve_budget`)."""
+    write the outputs into ``out``, which it claims first (:func:`claim_out`). σ is resolved
+    once (:func:`resolve_budget`). Each row's ``status`` says how its run ended."""
     budget = budget or resolve_budget(scenario)
-    bad_rules = [r for r in rules if r not in BIAS_KEY]
-    if bad_rules or not rules:
-        raise SweepError(f"--rules {' '.join(bad_rules)}: each rule must be one of {', '.join(RULES)}")
+    seeds = [int(s) for s in seeds] if seeds else [scenario.seed]
+    check_choices(rules, seeds)
     points = sweep_points(budget, xis, gammas)
-    seeds = list(seeds) if seeds else [scenario.seed]
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    plan = [(point, point_scenario(scenario, budget, point, rule, int(seed)), Path("runs") / f"xi{point.xi:.4g}-{rule}-s{seed}")
+    plan = [(point, point_scenario(scenario, budget, point, rule, seed), Path("runs") / run_name(point, rule, seed))
             for seed in seeds for point in points for rule in rules]
-    backend = backend or InProcess()
-    if on_start is not None:
-        on_start(len(plan), backend.slots)
-    outcomes = run_jobs([RunJob(str(rel), sc, out / rel) for _, sc, rel in plan], backend, on_outcome)
-    rows = []
-    for (point, sc, rel), outcome in zip(plan, outcomes):
-        row = read_row(sc, budget, point, out / rel, outcome.status)
-        row.run_dir = str(rel)
-        rows.append(row)
-    write_csv(rows, out / "sweep.csv")
-    write_outputs(rows, budget, out, scenario, fmt)
+    owned = claim_out(out, sweep_record(scenario, xis, gammas, rules, seeds), overwrite, command)
+    try:
+        rels = [rel for _, _, rel in plan]
+        owned.check_runs(rels)
+        owned.add_runs(rels)
+        backend = backend or InProcess()
+        if on_start is not None:
+            on_start(len(plan), backend.slots)
+        outcomes = run_jobs([RunJob(str(rel), sc, out / rel) for _, sc, rel in plan], backend, on_outcome)
+        rows = []
+        for (point, sc, rel), outcome in zip(plan, outcomes):
+            row = read_row(sc, budget, point, out / rel, outcome.status)
+            row.run_dir = str(rel)
+            row.message = "" if row.status == "completed" else " ".join((outcome.message or str(
+                _read_json(out / rel / "summary.json").get("error", ""))).split())
+            rows.append(row)
+        write_outputs(rows, budget, out, scenario, fmt)
+    finally:
+        owned.release()
     return budget, rows

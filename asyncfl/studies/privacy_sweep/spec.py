@@ -18,8 +18,8 @@ BIAS_KEY: dict[str, str] = {"ma-light": "ma_light", "ma-full": "ma_full", "momen
 COLUMNS: tuple[str, ...] = (
     "xi", "xi_over_C", "gamma", "sigma", "epsilon_target", "epsilon_spent", "delta",
     "sampling", "claim", "sampling_rate", "max_participations", "noise_cohort", "rule", "seed",
-    "status", "steps", "participations_max", "participations_mean", "clients_at_cap",
-    "final_accuracy", "final_loss", "bias_exact", "bias_noisy", "bias_momentum",
+    "status", "message", "steps", "participations_max", "participations_mean", "clients_at_cap",
+    "final_accuracy", "final_loss", "initial_accuracy", "bias_exact", "bias_noisy", "bias_momentum",
     "update_noise_std", "count_noise_std", "run_dir",
 )
 
@@ -103,6 +103,8 @@ class SweepRow:
     update_noise_std: float
     count_noise_std: float
     run_dir: str
+    message: str = ""  # why the run did not complete (empty when it did)
+    initial_accuracy: float = float("nan")  # the untrained model's (metrics.csv, step 0)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -48,8 +48,13 @@ def aggregate(rows: Sequence[SweepRow]) -> list[dict[str, Any]]:
             "accuracy": stat("final_accuracy"), "loss": stat("final_loss"), "bias_exact": stat("bias_exact"),
             "bias_noisy": stat("bias_noisy"), "bias_momentum": stat("bias_momentum"),
             "update_noise_std": first.update_noise_std, "count_noise_std": first.count_noise_std,
+            "initial_accuracy": mean_ci(r.initial_accuracy for r in group).mean,
         })
     return out
+
+
+#: a rule learned at a ξ when its mean final accuracy is more than this above the untrained model's
+LEARNED_MARGIN = 0.05
 
 
 def _pm(stat: tuple[float, float]) -> str:
@@ -80,9 +85,17 @@ def findings(rows: Sequence[SweepRow], budget: Budget) -> list[str]:
         sub = [a for a in agg if a["rule"] == rule]
         xs = [a["xi"] for a in sub]
         acc = [a["accuracy"][0] for a in sub]
-        if any(np.isfinite(acc)):
-            best = int(np.nanargmax(acc))
+        initial = [a["initial_accuracy"] for a in sub]
+        learned = [i for i in range(len(sub)) if np.isfinite(acc[i]) and not acc[i] <= initial[i] + LEARNED_MARGIN]
+        if learned:
+            best = max(learned, key=lambda i: acc[i])
             lines.append(f"{rule}: best final accuracy {acc[best]:.4f} at ξ = {xs[best]:.4g} (ξ/C = {xs[best] / budget.C:.3g})")
+        elif any(np.isfinite(acc)):
+            top = int(np.nanargmax(acc))
+            lines.append(f"{rule}: did not learn at any ξ (best final accuracy {acc[top]:.4f}, the untrained model's "
+                         f"{_fmt(initial[top])}; learning means more than {LEARNED_MARGIN:g} above it), so no ξ is best")
+        else:
+            lines.append(f"{rule}: no run completed, so no ξ is best")
         if rule != "momentum":
             cross = crossing_xi(xs, [a["bias_exact"][0] for a in sub], [ref[x] for x in xs])
             lines.append(
@@ -90,6 +103,11 @@ def findings(rows: Sequence[SweepRow], budget: Budget) -> list[str]:
                 + (f"ξ ≈ {cross:.3g} (ξ/C ≈ {cross / budget.C:.3g})" if cross is not None else "no ξ in the sweep")
             )
     return lines
+
+
+def _why(message: str) -> str:
+    """``: MESSAGE`` after a status (a table cell: no ``|``), empty without one."""
+    return (": " + message.replace("|", "/")) if message else ""
 
 
 def _fmt(x: Any, spec: str = ".4g") -> str:
@@ -120,7 +138,7 @@ def write_markdown(rows: Sequence[SweepRow], budget: Budget, path: Path, scenari
     for r in rows:
         lines.append(
             f"| {r.xi:.4g} | {r.xi_over_C:.3g} | {r.gamma:.4g} | {r.sigma:.4g} | {r.epsilon_spent:.4g} | {r.delta:g} | "
-            f"{r.sampling} ({r.claim}) | {r.rule} | {r.seed} | {r.status} | {_fmt(r.participations_max, '.0f')} / "
+            f"{r.sampling} ({r.claim}) | {r.rule} | {r.seed} | {r.status}{_why(r.message)} | {_fmt(r.participations_max, '.0f')} / "
             f"{_fmt(r.participations_mean, '.3g')} | {_fmt(r.final_accuracy)} | {_fmt(r.final_loss)} | {_fmt(r.bias_exact)} | "
             f"{_fmt(r.bias_noisy)} | {r.update_noise_std:.4g} | {r.count_noise_std:.4g} |"
         )

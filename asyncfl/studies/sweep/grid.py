@@ -11,12 +11,15 @@ run directory under ``runs/``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.scenario import Scenario
@@ -41,9 +44,18 @@ def parse_grid(text: str) -> Axis:
     if not sep or not key or any(not part for part in key.split(".")) or not rest.strip():
         raise UsageError(f"--grid {text!r}: expected KEY=V1,V2,... (e.g. --grid server.rule=momentum,ma-light)")
     values = tuple(scenario_mod.parse_override(f"{key}={item}")[1] for item in _split(rest))
-    if len(set(map(repr, values))) != len(values):
-        raise UsageError(f"--grid {text!r}: a value is given twice")
+    names = [_fmt(v) for v in values]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if len(set(map(repr, values))) != len(values) or twice:
+        raise UsageError(f"--grid {text!r}: a value is given twice ({', '.join(twice) or 'the same text'}; "
+                         "values that name the same run, such as 1 and 1.0, count as one)")
+    if key in RESERVED:
+        raise UsageError(f"--grid {key}: not a key a sweep can vary ({RESERVED[key]})")
     return Axis(key, values)
+
+
+#: keys ``--grid`` refuses, and why
+RESERVED = {"seed": "use --seeds", "name": "each run is named by its grid point; the scenario's name changes no result"}
 
 
 def _split(text: str) -> list[str]:
@@ -68,21 +80,27 @@ def _split(text: str) -> list[str]:
     return items
 
 
-def parse_seeds(text: str) -> tuple[int, ...]:
-    """``0-4`` (inclusive), ``0,2,5``, ``3``, or a mix (``0-2,7``)."""
+def parse_seeds(text: str | list[str] | tuple[str, ...], option: str = "--seeds") -> tuple[int, ...]:
+    """``0-4`` (inclusive), ``0,2,5``, ``3``, or a mix (``0-2,7``); a list of such items (``--seeds
+    0 1 2`` in ``asyncfl sweep`` and ``asyncfl privacy`` alike) is read as if joined by commas.
+    A seed given twice is refused."""
+    if not isinstance(text, str):
+        text = ",".join(str(t) for t in text)
     seeds: list[int] = []
     try:
         for part in text.split(","):
             lo, dash, hi = part.strip().partition("-")
             a = int(lo)
             b = int(hi) if dash else a
-            if a < 0 or b < a or b - a >= MAX_POINTS:
+            if a < 0 or b < a or b - a >= MAX_POINTS or b >= 2**63:
                 raise ValueError
             seeds.extend(range(a, b + 1))
+            if len(seeds) > MAX_POINTS:
+                raise ValueError
     except ValueError:
-        raise UsageError(f"--seeds {text!r}: expected seeds ≥ 0 like 0-4, 0,2,5 or 3") from None
+        raise UsageError(f"{option} {text!r}: expected seeds ≥ 0 like 0-4, 0,2,5, 0 1 2 or 3 (at most {MAX_POINTS})") from None
     if len(set(seeds)) != len(seeds):
-        raise UsageError(f"--seeds {text!r}: a seed is given twice")
+        raise UsageError(f"{option} {text!r}: a seed is given twice; give each once")
     return tuple(seeds)
 
 
@@ -121,7 +139,8 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return f"{value:g}"
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)  # 0.1234567 and 0.1234568 stay apart
     return str(value)
 
 
@@ -139,6 +158,19 @@ def point_name(point: Point, short: dict[str, str]) -> str:
     return "__".join(parts)
 
 
+def _as_set(key: str, value: Any) -> str:
+    """``KEY=VALUE`` with the value written as TOML, as ``--set`` reads it back."""
+    return f"{key}={_toml(value)}"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):  # an inline table, merged key by key as --set merges it
+        return "{" + ", ".join(f"{_toml(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return tomli_w.dumps({"v": value}).partition("=")[2].strip()
+
+
 @dataclass(frozen=True)
 class Grid:
     """The base scenario (file and ``--set`` overrides), the axes and the seeds."""
@@ -152,17 +184,31 @@ class Grid:
         return points(self.axes, self.seeds)
 
     def names(self) -> list[str]:
+        """Every point's name; two points that would share one (a run directory) are refused."""
         short = labels([a.key for a in self.axes])
-        return [point_name(p, short) for p in self.points()]
+        names = [point_name(p, short) for p in self.points()]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise UsageError(f"the grid names two points alike ({', '.join(twice[:3])}): give each value once")
+        return names
 
-    def scenarios(self) -> list[tuple[str, Point, Scenario]]:
-        """Every point's validated scenario. All points are validated before any runs: every
-        problem is reported at once, naming the key and the point."""
-        base = scenario_mod.load(self.scenario_file, list(self.overrides))
+    def scenarios(self, notes: list[str] | None = None) -> list[tuple[str, Point, Scenario]]:
+        """Every point's validated scenario: the base scenario changed by the point's values as
+        ``--set`` changes it (switching ``latency.dist`` or ``task.name`` drops the old variant's
+        keys; the notes saying so are appended to ``notes``, each once). All points are validated
+        before any runs: every problem is reported at once, naming the key and the point."""
+        for axis in self.axes:
+            if axis.key in RESERVED:
+                raise UsageError(f"--grid {axis.key}: not a key a sweep can vary ({RESERVED[axis.key]})")
+        base = scenario_mod.load(self.scenario_file, list(self.overrides)).to_dict()
         out, problems = [], []
         for name, point in zip(self.names(), self.points()):
             try:
-                out.append((name, point, base.replace(**point.overrides())))
+                raw = copy.deepcopy(base)
+                found = scenario_mod.apply_changes(raw, [_as_set(k, v) for k, v in point.overrides().items()])
+                if notes is not None:
+                    notes.extend(n for n in found if n not in notes)
+                out.append((name, point, scenario_mod.validate(raw)))
             except ScenarioError as exc:
                 problems.extend(f"{name}: {p}" for p in exc.problems)
                 if len(problems) >= 20:

@@ -22,14 +22,17 @@ import hashlib
 import io
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import tomli_w
 
-from asyncfl.errors import RunDirError, UsageError
+from asyncfl.config import scenario as scenario_mod
+from asyncfl.errors import AsyncFLError, RunDirError, UsageError
 from asyncfl.figures.metrics import plot_metrics
+from asyncfl.run import outdir
+from asyncfl.run.bias_report import own_bias
 from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.run.rundir import atomic_write, read_json
 from asyncfl.figures.ci import mean_ci
@@ -38,8 +41,6 @@ from asyncfl.studies.sweep.grid import Grid
 SPEC_NAME = "sweep.toml"
 SPEC_VERSION = 1
 #: bias.json key of the bias each server rule is measured by (its own A)
-RULE_BIAS = {"sgd": "none", "adam": "none", "momentum": "momentum", "nesterov": "momentum",
-             "ma-full": "ma_full", "ma-light": "ma_light"}
 METRICS = ("loss", "accuracy", "train_loss", "virtual_time", "wall_time", "bias", "epsilon")
 FIXED = ("name", "seed", "status", "message", "steps", "loss", "accuracy", "train_loss", "virtual_time",
          "wall_time", "updates_per_second", "bias", "bias_none", "bias_momentum", "bias_ma_full", "bias_ma_light",
@@ -61,40 +62,50 @@ def spec_dict(grid: Grid) -> dict[str, Any]:
 
 
 def read_spec(out: Path) -> dict[str, Any] | None:
+    """The ``sweep.toml`` of the sweep in ``out`` (None when there is none); a record that does
+    not parse or lacks the fields of a sweep is a UsageError naming it."""
     path = out / SPEC_NAME
     if not path.is_file():
         return None
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        spec = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: not a sweep record ({exc.__class__.__name__}); choose another --out") from None
+    grid, seeds = spec.get("grid", []), spec.get("seeds", [])
+    if not (isinstance(grid, list) and all(isinstance(a, dict) and isinstance(a.get("key"), str) and isinstance(a.get("values"), list)
+                                           for a in grid) and isinstance(seeds, list)):
+        raise UsageError(f"{path}: not a sweep record (its grid or seeds are damaged); choose another --out")
+    return spec
 
 
-def reconcile(out: Path, grid: Grid, extend: bool) -> None:
-    """Check ``grid`` against the sweep already in ``out`` (if any) and record it."""
-    new = spec_dict(grid)
-    old = read_spec(out)
+def in_recorded_order(grid: Grid, old: dict[str, Any] | None) -> Grid:
+    """``grid`` with its axes in the order of the sweep recorded in ``old`` when both vary the
+    same keys: a point's name (its run directory) follows the axis order, so the same axes given
+    in another order name the same runs, not new ones."""
     if old is None:
-        if out.exists() and any(p for p in out.iterdir() if p.name != SPEC_NAME):
-            raise UsageError(f"--out {out}: not empty and not a sweep directory; choose another")
-    elif old != new:
-        differences = [k for k in new if old.get(k) != new.get(k)]
-        if not extend:
-            raise UsageError(
-                f"--out {out}: holds a sweep with another {', '.join(differences)}; rerun the recorded command "
-                f"({out / SPEC_NAME}), choose another --out, or pass --extend to add points to it"
-            )
-        for key in ("version", "scenario", "scenario_sha256", "set"):
-            if old.get(key) != new.get(key):
-                raise UsageError(f"--extend: the sweep in {out} has another {key}; only the grid and seeds can grow")
-        old_axes = {a["key"]: a["values"] for a in old.get("grid", [])}
-        new_axes = {a["key"]: a["values"] for a in new["grid"]}
-        lost = [k for k in old_axes if k not in new_axes or any(v not in new_axes[k] for v in old_axes[k])]
-        if lost or any(s not in new["seeds"] for s in old.get("seeds", [])) or set(new_axes) != set(old_axes):
-            raise UsageError(f"--extend: the new grid must hold every point of the sweep in {out} "
-                             f"(the same keys, each with all its old values, and all old seeds)")
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / SPEC_NAME, lambda p: p.write_text(tomli_w.dumps(new), encoding="utf-8"))
+        return grid
+    order = [a["key"] for a in old.get("grid", [])]
+    keys = [a.key for a in grid.axes]
+    if sorted(order) != sorted(keys) or order == keys:
+        return grid
+    by_key = {a.key: a for a in grid.axes}
+    return replace(grid, axes=tuple(by_key[k] for k in order))
+
+
+def extends(old: dict[str, Any], new: dict[str, Any], out: Path) -> bool:
+    """Whether ``new`` may be added to the sweep recorded as ``old`` (``--extend``): the same
+    scenario, overrides and keys, each with all its old values, and all old seeds. A UsageError
+    says what does not fit."""
+    for key in ("version", "scenario", "scenario_sha256", "set"):
+        if old.get(key) != new.get(key):
+            raise UsageError(f"--extend: the sweep in {out} has another {key}; only the grid and seeds can grow")
+    old_axes = {a["key"]: a["values"] for a in old.get("grid", [])}
+    new_axes = {a["key"]: a["values"] for a in new["grid"]}
+    lost = [k for k in old_axes if k not in new_axes or any(v not in new_axes[k] for v in old_axes[k])]
+    if lost or any(s not in new["seeds"] for s in old.get("seeds", [])) or set(new_axes) != set(old_axes):
+        raise UsageError(f"--extend: the new grid must hold every point of the sweep in {out} "
+                         f"(the same keys, each with all its old values, and all old seeds)")
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,14 +115,13 @@ def result_row(outcome: RunOutcome, values: dict[str, Any], seed: int, sweep_dir
     s = outcome.summary
     final = s.get("final", {}) if isinstance(s.get("final"), dict) else {}
     bias = _bias(outcome.out)
-    rule = str(values.get("server.rule", _rule_of(outcome.out)))
     privacy = s.get("privacy", {}) if isinstance(s.get("privacy"), dict) else {}
     return {
         **{k: v for k, v in values.items()}, "name": outcome.name, "seed": seed, "status": outcome.status,
         "message": outcome.message or str(s.get("error", "")), "steps": s.get("steps"),
         "loss": final.get("loss"), "accuracy": final.get("accuracy"), "train_loss": final.get("train_loss"),
         "virtual_time": s.get("virtual_time"), "wall_time": s.get("wall_time"), "updates_per_second": s.get("updates_per_second"),
-        "bias": bias.get(RULE_BIAS.get(rule, ""), math.nan),
+        "bias": _own_bias(outcome.out, bias),
         **{f"bias_{k}": bias.get(k, math.nan) for k in ("none", "momentum", "ma_full", "ma_light")},
         "epsilon": privacy.get("epsilon_spent", math.nan), "run_dir": str(outcome.out.relative_to(sweep_dir)),
     }
@@ -128,12 +138,14 @@ def _bias(out: Path) -> dict[str, float]:
     return {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _rule_of(out: Path) -> str:
+def _own_bias(out: Path, bias: dict[str, float]) -> float:
+    """The bias of the run's own rule (:func:`asyncfl.run.bias_report.own_bias`), NaN when its
+    scenario cannot be read."""
     try:
-        raw = tomllib.loads((out / "scenario.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return ""
-    return str(raw.get("server", {}).get("rule", ""))
+        scenario = scenario_mod.load(out / "scenario.toml", run_dir=True)
+    except (AsyncFLError, OSError):
+        return math.nan
+    return own_bias(scenario, bias)
 
 
 def summary_rows(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
@@ -146,12 +158,19 @@ def summary_rows(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, 
     for members in groups.values():
         done = [r for r in members if r["status"] == "completed"]
         summary = {k: members[0][k] for k in keys}
-        summary.update(runs=len(members), completed=len(done))
+        summary.update(runs=len(members), completed=len(done),
+                       not_completed="; ".join(f"seed {r['seed']} {r['status']}: {_short(r['message'])}"
+                                               for r in members if r["status"] != "completed"))
         for metric in METRICS:
             ci = mean_ci(_num(r[metric]) for r in done)
             summary[f"{metric}_mean"], summary[f"{metric}_ci95"] = ci.mean, ci.half
         out.append(summary)
     return out
+
+
+def _short(message: Any, limit: int = 120) -> str:
+    text = " ".join(str(message or "no message").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _num(value: Any) -> float:
@@ -197,18 +216,42 @@ class SweepResult:
 
 def run_sweep(grid: Grid, out: Path, backend: Backend, extend: bool = False,
               on_outcome: Callable[[RunOutcome, Progress], None] | None = None,
-              on_start: Callable[[int, int], None] | None = None) -> SweepResult:
-    """Validate every point, record the command, run what is not done, write the tables."""
+              on_start: Callable[[int, int], None] | None = None, overwrite: bool = False,
+              command: str = "asyncfl sweep") -> SweepResult:
+    """Validate every point, claim ``out`` (:func:`asyncfl.run.outdir.claim`: a sweep folder of
+    this spec, or ``extend`` of one, held locked while the sweep runs), record the command, run
+    what is not done, write the tables."""
     out = Path(out)
+    old = read_spec(out) if out.is_dir() else None
+    grid = in_recorded_order(grid, old)
     scenarios = grid.scenarios()  # every point validated before anything is written
-    reconcile(out, grid, extend)
-    jobs = [RunJob(name, scenario, out / "runs" / name, after=plot_run) for name, _, scenario in scenarios]
-    if on_start is not None:
-        on_start(len(jobs), backend.slots)
-    outcomes = run_jobs(jobs, backend, on_outcome)
+    new = spec_dict(grid)
+
+    def accept(marker: dict[str, Any] | None) -> bool:
+        if old is None:
+            return False
+        return old == new or (extend and extends(old, new, out))
+
+    owned = outdir.claim(out, "sweep", command, outdir.digest(new), overwrite=overwrite, accept=accept)
+    try:
+        rels = [Path("runs") / name for name, _, _ in scenarios]
+        owned.check_runs(rels)
+        owned.add_runs(rels)
+        atomic_write(out / SPEC_NAME, lambda p: p.write_text(tomli_w.dumps(new), encoding="utf-8"))
+        jobs = [RunJob(name, scenario, out / "runs" / name, after=plot_run) for name, _, scenario in scenarios]
+        if on_start is not None:
+            on_start(len(jobs), backend.slots)
+        outcomes = run_jobs(jobs, backend, on_outcome)
+        return _tables(grid, scenarios, outcomes, out)
+    finally:
+        owned.release()
+
+
+def _tables(grid: Grid, scenarios: list, outcomes: list[RunOutcome], out: Path) -> SweepResult:
     keys = [a.key for a in grid.axes]
     rows = [result_row(o, dict(point.values), point.seed, out) for o, (_, point, _) in zip(outcomes, scenarios)]
     write_table(out / "results.csv", rows, [*keys, *FIXED])
     summary = summary_rows(rows, keys)
-    write_table(out / "summary.csv", summary, [*keys, "runs", "completed", *(f"{m}_{s}" for m in METRICS for s in ("mean", "ci95"))])
+    write_table(out / "summary.csv", summary, [*keys, "runs", "completed", *(f"{m}_{s}" for m in METRICS for s in ("mean", "ci95")),
+                                              "not_completed"])
     return SweepResult(rows, summary, outcomes)

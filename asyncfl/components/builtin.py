@@ -1,0 +1,183 @@
+"""asyncfl's own components, declared exactly as a user's plug-in declares its own
+(docs/extending.md): this module's :data:`COMPONENTS` is the entry point ``asyncfl`` of the
+group ``asyncfl.plugins`` in ``pyproject.toml``.
+
+Builders are ``"module:attribute"`` strings, imported on first use, so this module — and with it
+validating a scenario, listing what exists, ``--help`` — imports neither torch nor any
+implementation: only the torch-free config classes and checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asyncfl.components.core import Component
+from asyncfl.components.traits import (
+    AlgorithmTraits, AvailabilityTraits, ExecutorTraits, LatencyTraits, MemoryPart, MemoryShape, ProtocolTraits, RuleTraits,
+    SamplingTraits, SolverTraits, TaskTraits,
+)
+from asyncfl.config import checks
+from asyncfl.config import latency as lat
+from asyncfl.config import tasks as tk
+from asyncfl.config.client import AdamSolverConfig, ClipHookConfig, SGDSolverConfig, TopKHookConfig
+from asyncfl.config.population import DiurnalConfig, TraceAvailabilityConfig
+from asyncfl.config.server import (
+    AdamConfig, FedBuffConfig, FedDRConfig, FedPDConfig, MAFullConfig, MALightConfig, MomentumConfig, SyncConfig,
+)
+
+
+# -- memory beyond the engine's own (docs/architecture.md §8) -------------------------------------------
+def _ma_full_memory(cfg: MAFullConfig, shape: MemoryShape) -> tuple[MemoryPart, ...]:
+    """The history's capacity doubles (up to 2T rows, or the window L) and the factors (or, with a
+    window, the kept rows of W) are as large squared; each step records a row of length t."""
+    steps = shape.steps
+    cap = 2 * steps if cfg.ma_window is None else min(2 * steps, cfg.ma_window)
+    return (MemoryPart("MA-full's history of aggregates and its factors", cap * shape.vector + 2 * cap * cap * 8,
+                       ("run.steps", "server.ma_window", "task")),
+            MemoryPart("MA-full's recorded coefficients", steps * steps * 4, ("run.steps",)))
+
+
+def _ma_light_memory(cfg: MALightConfig, shape: MemoryShape) -> tuple[MemoryPart, ...]:
+    return (MemoryPart("MA-light's recorded coefficients", shape.steps * 16, ("run.steps",)),)
+
+
+def _rows_per_client(rows: int, name: str) -> Any:
+    """The splitting baselines keep ``rows`` model vectors per client (their memory and the server's
+    table of latest uploads, asyncfl.server.splitting)."""
+    def memory(cfg: Any, shape: MemoryShape) -> tuple[MemoryPart, ...]:
+        return (MemoryPart(f"{name}'s {rows} model vectors per client", rows * shape.clients * shape.vector,
+                           ("population.clients", "server.algorithm", "task")),)
+    return memory
+
+
+def _task(name: str, module: str, summary: str, config: type, **traits: Any) -> Component:
+    return Component("task", name, f"asyncfl.tasks.{module}:build_{module}", config, TaskTraits(**traits), summary=summary)
+
+
+def _draw(name: str, summary: str, config: type) -> Component:
+    return Component("latency", name, f"asyncfl.clients.latency:{name}", config, summary=summary)
+
+
+_SPLITTING = dict(protocols=("sync",), uses_rule=False, mu="positive", private=False)
+
+COMPONENTS: tuple[Component, ...] = (
+    # -- tasks (docs/tasks.md) ----------------------------------------------------------------------
+    _task("quadratic", "quadratic", "least squares ½‖A_k θ − b_k‖²", tk.QuadraticTask,
+          closed_form_prox=True, check=checks.check_quadratic),
+    _task("synthetic", "synthetic", "FedProx Synthetic(α, β)", tk.SyntheticTask),
+    _task("digits", "digits", "scikit-learn 8×8 digits, Dirichlet non-IID", tk.DigitsTask),
+    Component("task", "gaussian-mlp", "asyncfl.tasks.gaussian_mlp:build_gaussian_mlp", tk.GaussianMLPTask,
+              summary="Gaussian inputs, one-hidden-layer MLP"),
+    _task("mnist1d", "mnist1d", "the canonical MNIST-1D (mnist1d package), Dirichlet non-IID", tk.MNIST1DTask),
+
+    # -- latency models (docs/protocol.md §4) ---------------------------------------------------------
+    _draw("constant", "value", lat.ConstantLatency),
+    _draw("exponential", "Exponential(mean)", lat.ExponentialLatency),
+    _draw("halfnormal", "|N(0, scale²)|", lat.HalfNormalLatency),
+    _draw("lognormal", "median · exp(σ z)", lat.LogNormalLatency),
+    _draw("uniform", "Uniform(low, high)", lat.UniformLatency),
+    _draw("pareto", "scale · (1 + Lomax(shape)), heavy-tailed", lat.ParetoLatency),
+    Component("latency", "trace", "asyncfl.clients.replay:ReplayFleet", lat.TraceLatency,
+              LatencyTraits(mode="replay", speeds_from="the recorded trace", check=checks.check_trace_latency),
+              state=("asyncfl.clients.replay:ReplayState",),
+              summary="replay an earlier run's updates.csv (not drawn)"),
+    Component("latency", "fedscale", "asyncfl.clients.fedscale:task_latencies", lat.FedScaleLatency,
+              LatencyTraits(mode="profiles", speeds_from="the FedScale device profiles", check=checks.check_fedscale_latency),
+              summary="FedScale device profiles, fixed per client (not drawn)"),
+
+    # -- availability (docs/protocol.md §6) -----------------------------------------------------------
+    Component("availability", "always", "asyncfl.clients.availability:always", summary="every client always online"),
+    Component("availability", "diurnal", "asyncfl.clients.availability:build_diurnal", DiurnalConfig,
+              summary="online a fraction of every period, from a per-client phase"),
+    Component("availability", "trace", "asyncfl.clients.fedscale:build_availability", TraceAvailabilityConfig,
+              AvailabilityTraits(check=checks.check_trace_availability), summary="a FedScale availability trace"),
+
+    # -- protocols (docs/protocol.md) -----------------------------------------------------------------
+    Component("protocol", "fedbuff", "asyncfl.sim.protocols:FedBuffProtocol", FedBuffConfig,
+              ProtocolTraits(in_flight_key="concurrency", stale=True, resolve=checks.resolve_fedbuff, check=checks.check_fedbuff),
+              state=("asyncfl.sim.state:FedBuffState", "asyncfl.sim.state:WaiterState"),
+              summary="K clients train at a time, the server steps every C uploads"),
+    Component("protocol", "sync", "asyncfl.sim.protocols:SyncProtocol", SyncConfig,
+              ProtocolTraits(in_flight_key="cohort", stale=False, resolve=checks.resolve_sync, check=checks.check_sync),
+              state=("asyncfl.sim.state:SyncState", "asyncfl.sim.state:WaiterState"),
+              summary="rounds: a cohort is sampled, the first C arrivals are accepted"),
+
+    # -- server rules (docs/server-rules.md) ----------------------------------------------------------
+    Component("rule", "sgd", "asyncfl.server.rules:SGD.from_config", None, RuleTraits(own_bias="none"),
+              state=("asyncfl.server.rules:EmptyState",), summary="m_t = r_t"),
+    Component("rule", "momentum", "asyncfl.server.rules:Momentum.from_config", MomentumConfig,
+              RuleTraits(own_bias="momentum"), state=("asyncfl.server.rules:TraceState",),
+              summary="heavy ball: m_t = β m_{t−1} + r_t"),
+    Component("rule", "nesterov", "asyncfl.server.rules:Nesterov.from_config", MomentumConfig,
+              RuleTraits(own_bias="momentum", target="nesterov"), state=("asyncfl.server.rules:TraceState",),
+              summary="Nesterov momentum: m_t = r_t + β h_t"),
+    Component("rule", "adam", "asyncfl.server.rules:Adam.from_config", AdamConfig, RuleTraits(own_bias=None),
+              state=("asyncfl.server.rules:AdamState",), summary="Adam on r_t, bias-corrected moments"),
+    Component("rule", "ma-full", "asyncfl.server.ma:MAFull.from_config", MAFullConfig,
+              RuleTraits(own_bias="ma_full", coefficients="full", memory=_ma_full_memory),
+              state=("asyncfl.server.ma:MAFullState",),
+              summary="momentum approximation: least-squares weights over the history"),
+    Component("rule", "ma-light", "asyncfl.server.ma:MALight.from_config", MALightConfig,
+              RuleTraits(own_bias="ma_light", coefficients="pair", memory=_ma_light_memory),
+              state=("asyncfl.server.ma:MALightState",),
+              summary="momentum approximation: one buffer, two fitted coefficients"),
+
+    # -- server algorithms (docs/baselines.md) --------------------------------------------------------
+    Component("algorithm", "fedavg", "asyncfl.server.algorithms:build_pseudo_gradient", None, AlgorithmTraits(mu="zero"),
+              state=("asyncfl.server.algorithms:PseudoGradientState",),
+              summary="pseudo-gradient r_t through the server rule"),
+    Component("algorithm", "fedprox", "asyncfl.server.algorithms:build_pseudo_gradient", None, AlgorithmTraits(mu="positive"),
+              state=("asyncfl.server.algorithms:PseudoGradientState",),
+              summary="FedAvg with the proximal term (μ/2)‖θ − centre‖²"),
+    Component("algorithm", "fedsplit", "asyncfl.server.splitting:build_fedsplit", None,
+              AlgorithmTraits(**_SPLITTING, memory=_rows_per_client(3, "fedsplit")),
+              state=("asyncfl.server.splitting:BaselineState", "asyncfl.server.splitting:ClientJob"),
+              summary="FedSplit: Peaceman–Rachford splitting"),
+    Component("algorithm", "feddr", "asyncfl.server.splitting:build_feddr", FedDRConfig,
+              AlgorithmTraits(**_SPLITTING, memory=_rows_per_client(3, "feddr")),
+              state=("asyncfl.server.splitting:BaselineState", "asyncfl.server.splitting:ClientJob"),
+              summary="FedDR: Douglas–Rachford splitting, optional server regulariser"),
+    Component("algorithm", "fedpd", "asyncfl.server.splitting:build_fedpd", FedPDConfig,
+              AlgorithmTraits(**_SPLITTING, memory=_rows_per_client(4, "fedpd")),
+              state=("asyncfl.server.splitting:BaselineState", "asyncfl.server.splitting:ClientJob"),
+              summary="FedPD: primal-dual, randomly skipped communication"),
+
+    # -- local solvers (docs/tasks.md §8) ---------------------------------------------------------
+    Component("solver", "sgd", "asyncfl.compute.solvers:SGD_SOLVER", SGDSolverConfig, SolverTraits(batched=True),
+              summary="mini-batch SGD with optional momentum and weight decay"),
+    Component("solver", "adam", "asyncfl.compute.solvers:ADAM_SOLVER", AdamSolverConfig, SolverTraits(batched=False),
+              summary="mini-batch Adam (as torch.optim.Adam)"),
+    Component("solver", "exact", "asyncfl.compute.solvers:EXACT_SOLVER", None,
+              SolverTraits(needs_closed_form=True, local_work=False, batched=True),
+              summary="the closed-form prox_{f_k,μ}(centre) (quadratic tasks)"),
+
+    # -- update hooks (docs/extending.md §7) ---------------------------------------------------------
+    Component("hook", "none", "asyncfl.compute.hooks:build_none", summary="uploads as the algorithm made them"),
+    Component("hook", "clip-norm", "asyncfl.compute.hooks:build_clip", ClipHookConfig,
+              summary="client-side clipping: m · min(1, update_clip/‖m‖)"),
+    Component("hook", "top-k", "asyncfl.compute.hooks:build_topk", TopKHookConfig,
+              summary="keep the update_topk fraction of entries of largest magnitude"),
+
+    # -- executors (docs/architecture.md §4) ----------------------------------------------------------
+    Component("executor", "inline", "asyncfl.compute.executors:build_inline", None, ExecutorTraits(batched=True),
+              summary="in the event loop's thread (batched with run.batched)"),
+    Component("executor", "threads", "asyncfl.compute.executors:build_threads", None, ExecutorTraits(batched=False, model_per_worker=True),
+              summary="a thread pool of run.workers threads"),
+    Component("executor", "processes", "asyncfl.compute.executors:build_processes", None,
+              ExecutorTraits(batched=True, task_per_worker=True), summary="run.workers spawned processes"),
+    Component("executor", "ray", "asyncfl.compute.executors:build_ray", None, ExecutorTraits(batched=True),
+              summary="Ray remote tasks (optional dependency)"),
+
+    # -- privacy (docs/privacy.md) --------------------------------------------------------------------
+    Component("sampling", "poisson", "asyncfl.privacy.sampling:POISSON", None, SamplingTraits(check=checks.check_poisson),
+              summary="Poisson subsampling at q = M/N per step, T steps (an approximation: FedBuff does not Poisson-sample)"),
+    Component("sampling", "participation-cap", "asyncfl.privacy.sampling:PARTICIPATION_CAP", None,
+              SamplingTraits(check=checks.check_participation_cap),
+              summary="at most max_participations steps per client, composed without amplification (a guarantee)"),
+    Component("accountant", "pld", "asyncfl.privacy.accountants:pld_epsilon", summary="privacy loss distributions (tight)"),
+    Component("accountant", "rdp", "asyncfl.privacy.accountants:rdp_epsilon", summary="Rényi DP (looser, cheap)"),
+    Component("counts", "raw", "asyncfl.privacy.counts:counts_raw", summary="unchanged noisy counts"),
+    Component("counts", "clamp", "asyncfl.privacy.counts:counts_clamp", summary="max(ĉ, 0)"),
+    Component("counts", "project", "asyncfl.privacy.counts:counts_project", summary="clamp, then rescale to sum C"),
+    Component("counts", "simplex", "asyncfl.privacy.counts:project_simplex", summary="Euclidean projection onto {c ≥ 0, Σc = C}"),
+)

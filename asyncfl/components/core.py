@@ -1,0 +1,191 @@
+"""Components: every plug-in of asyncfl declared in one place (docs/extending.md §1–3).
+
+A :class:`Component` is what a plug-in *is*: its kind (a task, a server rule, …), its name, its
+own config class (the scenario keys it owns), the traits the rest of the code asks about
+(:mod:`asyncfl.components.traits`), the state types it checkpoints, and its builder. Built-ins and
+a user's plug-ins are registered through the same path, :func:`asyncfl.components.registry.register`, and found three ways:
+
+* from Python: ``asyncfl.register(Component(...))`` (or several at once);
+* from an installed package, through the entry-point group :data:`ENTRY_POINT_GROUP`
+  (``asyncfl.plugins``): the entry point names a :class:`Component`, a sequence of them, or a
+  function returning them. asyncfl's own built-ins are such an entry point
+  (``asyncfl.components.builtin:COMPONENTS``);
+* from a scenario, by naming ``"package.module:attribute"`` where the scenario names a
+  component (``server.rule = "mylab.rules:CLIPPED"``): the module is imported and the attribute,
+  a :class:`Component` of that kind, is registered under that name.
+
+Each component remembers where it came from (:class:`Origin`: built-in, an installed package and
+its version, or a module), which the run directory records (docs/run-directory.md §2) and
+``asyncfl resume`` checks.
+
+Builders, config classes and traits are declared torch-free for the built-ins: a builder may be
+given as a ``"module:attribute"`` string and is imported on first use, so validating a scenario
+or printing ``--help`` imports no implementation.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from asyncfl.components import traits as tr
+from asyncfl.config.base import Section
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of plug-in and the scenario key that selects it.
+
+    ``section.key`` names the component (``server.rule``), ``default`` when the key is absent.
+    ``whole_section``: the component's config class is the whole section (a tagged section:
+    ``[task]``, ``[latency]``); otherwise its keys join the section's own keys (the rule's
+    ``beta`` sits in ``[server]``). ``builds`` says what the builder receives and returns."""
+
+    name: str
+    label: str
+    section: str
+    key: str
+    default: str
+    traits: type[tr.Traits]
+    whole_section: bool = False
+    builds: str = ""
+
+    @property
+    def field(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("task", "task", "task", "name", "synthetic", tr.TaskTraits, True,
+         "build(cfg, num_clients, seed) -> Task"),
+    Kind("latency", "latency model", "latency", "dist", "exponential", tr.LatencyTraits, True,
+         "see LatencyTraits.mode"),
+    Kind("availability", "availability model", "population", "availability", "always", tr.AvailabilityTraits, False,
+         "build(cfg, clients, stream, seconds_per_unit) -> Schedule | None"),
+    Kind("protocol", "protocol", "server", "protocol", "fedbuff", tr.ProtocolTraits, False,
+         "Protocol(host) (docs/protocol.md)"),
+    Kind("algorithm", "server algorithm", "server", "algorithm", "fedavg", tr.AlgorithmTraits, False,
+         "build(cfg, context) -> Algorithm"),
+    Kind("rule", "server rule", "server", "rule", "sgd", tr.RuleTraits, False,
+         "build(cfg) -> ServerRule"),
+    Kind("solver", "local solver", "client", "solver", "sgd", tr.SolverTraits, False,
+         "a LocalSolver (train(task, cfg, job) -> θ_local)"),
+    Kind("hook", "update hook", "client", "update_hook", "none", tr.PlainTraits, False,
+         "build(cfg) -> UpdateHook (apply(jobs, messages) -> messages)"),
+    Kind("executor", "executor", "run", "executor", "inline", tr.ExecutorTraits, False,
+         "build(task, client_cfg, run_cfg, recipe) -> Executor"),
+    Kind("sampling", "sampling assumption", "privacy", "sampling", "poisson", tr.SamplingTraits, False,
+         "a SamplingAssumption"),
+    Kind("accountant", "privacy accountant", "privacy", "accountant", "pld", tr.PlainTraits, False,
+         "epsilon(releases, sigma, delta) -> float"),
+    Kind("counts", "count post-processing", "privacy", "counts", "project", tr.PlainTraits, False,
+         "postprocess(counts, C) -> ndarray"),
+)}
+"""Every kind of component, by name (docs/extending.md §2 lists what each builder gets)."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a component came from: ``"builtin"`` (asyncfl itself), ``"package"`` (an installed
+    distribution, with its version) or ``"module"`` (a module of no installed distribution).
+    ``module`` is the module that declares it."""
+
+    source: str
+    module: str
+    package: str | None = None
+    version: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in (("source", self.source), ("module", self.module), ("package", self.package),
+                                  ("version", self.version)) if v is not None}
+
+    def describe(self) -> str:
+        if self.source == "builtin":
+            return "built into asyncfl"
+        if self.package is not None:
+            return f"package {self.package} {self.version or ''} ({self.module})".replace("  ", " ")
+        return f"module {self.module}"
+
+
+@dataclass(frozen=True)
+class Component:
+    """A plug-in, declared in one place (docs/extending.md §1).
+
+    ``kind``: a key of :data:`KINDS`; ``name``: what a scenario writes; ``build``: the builder
+    (or ``"module:attribute"``, imported on first use; what it receives: ``KINDS[kind].builds``);
+    ``config``: a :class:`asyncfl.config.base.Section` subclass holding the keys it owns (None: no
+    keys); ``traits``: an instance of ``KINDS[kind].traits`` (default: all defaults);
+    ``state``: the state types it checkpoints (NamedTuples, or ``"module:attribute"``);
+    ``summary``: one line for listings."""
+
+    kind: str
+    name: str
+    build: Any
+    config: type | None = None
+    traits: tr.Traits | None = None
+    state: tuple[Any, ...] = ()
+    summary: str = ""
+    origin: Origin | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        kind = KINDS.get(self.kind)
+        if kind is None:
+            raise ValueError(f"component {self.name!r}: unknown kind {self.kind!r}; kinds: {', '.join(KINDS)}")
+        if not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name):
+            raise ValueError(f"{kind.label} {self.name!r}: a name is a non-empty string without spaces")
+        if self.traits is None:
+            object.__setattr__(self, "traits", kind.traits())
+        elif not isinstance(self.traits, kind.traits):
+            raise ValueError(f"{kind.label} {self.name!r}: traits must be a {kind.traits.__name__}")
+        if kind.whole_section and self.config is None:
+            raise ValueError(f"{kind.label} {self.name!r}: a {kind.label} owns its whole [{kind.section}] section: give its config class")
+        if self.config is not None:
+            _check_config(self, kind)
+
+    @property
+    def kind_info(self) -> Kind:
+        return KINDS[self.kind]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The scenario keys this component owns (its config class's fields, less the tag)."""
+        if self.config is None:
+            return ()
+        return tuple(k for k in self.config.model_fields if k != self.kind_info.key)
+
+    def builder(self) -> Any:
+        """The builder, imported on first use when given as ``"module:attribute"``."""
+        return _resolve(self.build) if isinstance(self.build, str) else self.build
+
+    def state_types(self) -> tuple[type, ...]:
+        return tuple(_resolve(t) if isinstance(t, str) else t for t in self.state)
+
+    def own_config(self, section: Any) -> Any:
+        """This component's config, taken from the scenario section that holds its keys."""
+        if self.config is None:
+            return None
+        if type(section) is self.config:  # a whole section (task, latency); a composed one only derives from it
+            return section
+        return self.config.model_validate({k: getattr(section, k) for k in self.config.model_fields})
+
+
+def _check_config(component: Component, kind: Kind) -> None:
+    cls = component.config
+    if not (isinstance(cls, type) and issubclass(cls, Section)):
+        raise ValueError(f"{kind.label} {component.name!r}: config must be a subclass of asyncfl.config.base.Section")
+    if kind.whole_section:
+        tag = cls.model_fields.get(kind.key)
+        if tag is None or tag.default != component.name:
+            raise ValueError(f"{kind.label} {component.name!r}: its config class must have {kind.key} = {component.name!r}")
+
+
+def _resolve(target: str) -> Any:
+    module, _, attribute = target.partition(":")
+    if not module or not attribute:
+        raise ValueError(f"{target!r}: expected 'package.module:attribute'")
+    obj: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+

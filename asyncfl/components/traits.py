@@ -1,0 +1,156 @@
+"""What the rest of asyncfl may ask a component, kind by kind (docs/extending.md §2).
+
+A component declares its traits once, next to its name and config (:class:`asyncfl.components.Component`);
+code outside the component asks these traits and never compares the component's name. Every
+trait has a default, so a user's component declares only what differs. Torch-free: a trait is
+plain data or a function of the component's own (torch-free) config.
+
+The memory traits return :class:`MemoryPart` entries, which :mod:`asyncfl.config.memory` adds to
+the estimate of a scenario (docs/architecture.md §8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+if TYPE_CHECKING:
+    from asyncfl.config.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """Bytes a component adds to a run's memory: what they hold, and the keys that drive them."""
+
+    what: str
+    bytes: int
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MemoryShape:
+    """What a component's memory trait is told: the model's size ``d`` and bytes per entry, the
+    number of clients, server steps and clients in flight."""
+
+    params: int
+    itemsize: int
+    clients: int
+    steps: int
+    in_flight: int
+
+    @property
+    def vector(self) -> int:
+        """Bytes of one model-sized vector."""
+        return self.params * self.itemsize
+
+
+NoMemory: Callable[[Any, MemoryShape], tuple[MemoryPart, ...]] = lambda cfg, shape: ()  # noqa: E731
+
+
+@dataclass(frozen=True)
+class Traits:
+    """Base of every kind's traits: cross-checks of the component against the whole scenario
+    (``check(scenario) -> [problem, …]``, each naming the keys involved, docs/scenario.md §3), and
+    its memory beyond what the engine counts (``memory(cfg, shape) -> (MemoryPart, …)``)."""
+
+    check: Callable[["Scenario"], list[str]] | None = None
+    memory: Callable[[Any, MemoryShape], tuple[MemoryPart, ...]] = NoMemory
+
+
+@dataclass(frozen=True)
+class TaskTraits(Traits):
+    """``closed_form_prox``: the task offers ``prox_{f_k,μ}`` in closed form (``Task.quadratic``),
+    so a solver that needs it (``exact``) may run on it."""
+
+    closed_form_prox: bool = False
+
+
+@dataclass(frozen=True)
+class LatencyTraits(Traits):
+    """How the fleet uses the model: ``"draw"`` — the builder is ``draw(cfg, rng) -> float``,
+    times the client's speed, per job; ``"profiles"`` — the builder gives every client a fixed
+    job latency from the task (``build(cfg, scenario, task) -> array``); ``"replay"`` — the
+    builder is a whole fleet replaying a recording (``build(scenario, streams) -> Fleet``).
+    ``speeds_from``: what the speeds come from when not the population's speed model (then
+    ``population.speed_sigma`` and ``slow_fraction`` must be 0)."""
+
+    mode: Literal["draw", "profiles", "replay"] = "draw"
+    speeds_from: str | None = None
+
+
+@dataclass(frozen=True)
+class AvailabilityTraits(Traits):
+    """Availability models have no traits beyond the base."""
+
+
+@dataclass(frozen=True)
+class ProtocolTraits(Traits):
+    """``in_flight_key``: the ``[server]`` key counting the clients a step waits on (FedBuff's
+    ``concurrency`` K, sync's ``cohort``); ``stale``: uploads can be stale (the staleness records
+    have ``max_staleness + 1`` columns), else every accepted upload has ``τ = 0``; ``resolve``:
+    the derived defaults of its keys (``buffer``, ``concurrency``, …) from the scenario."""
+
+    in_flight_key: str = "concurrency"
+    stale: bool = True
+    resolve: Callable[["Scenario"], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class AlgorithmTraits(Traits):
+    """``protocols``: the protocols it runs on (None: every one); ``uses_rule``: its server step
+    goes through ``server.rule`` (a pseudo-gradient), so the rule's bias applies; ``mu``: what it
+    needs of ``client.mu`` (``"zero"``, ``"positive"`` or ``"any"``); ``private``: its uploads go
+    through the aggregator, so private aggregation applies (docs/privacy.md §6)."""
+
+    protocols: tuple[str, ...] | None = None
+    uses_rule: bool = True
+    mu: Literal["zero", "positive", "any"] = "any"
+    private: bool = True
+
+
+@dataclass(frozen=True)
+class RuleTraits(Traits):
+    """``own_bias``: which row of ``bias.json`` measures this rule's implicit momentum bias
+    (``"none"``: it targets ``M = I``; ``"momentum"``, ``"ma_full"``, ``"ma_light"``; None: the rule
+    is not linear in the aggregates, so it has no target ``M``; docs/server-rules.md §7);
+    ``target``: the kind of momentum its bias is measured against when its config has no
+    ``ma_target`` (``"momentum"``: heavy ball; ``"nesterov"``); ``coefficients``: the rule records
+    history weights per step (MA), ``"full"`` (a row of length ``t``), ``"pair"`` (``(u_t, v_t)``)
+    or None."""
+
+    own_bias: str | None = "none"
+    target: Literal["momentum", "nesterov"] = "momentum"
+    coefficients: Literal["full", "pair"] | None = None
+
+
+@dataclass(frozen=True)
+class SolverTraits(Traits):
+    """``needs_closed_form``: runs only on a task with ``closed_form_prox``; ``local_work``: its
+    work is ``client.local_steps`` or ``client.epochs`` (exactly one must be given); ``batched``:
+    it can train the jobs of one model version together (``run.batched``)."""
+
+    needs_closed_form: bool = False
+    local_work: bool = True
+    batched: bool = True
+
+
+@dataclass(frozen=True)
+class ExecutorTraits(Traits):
+    """``batched``: it can run ``run.batched`` groups; ``task_per_worker``: each of its
+    ``run.workers`` workers builds its own copy of the task; ``model_per_worker``: each worker
+    holds a model-sized vector in this process (threads) (both: memory)."""
+
+    batched: bool = False
+    task_per_worker: bool = False
+    model_per_worker: bool = False
+
+
+@dataclass(frozen=True)
+class SamplingTraits(Traits):
+    """Sampling assumptions have no traits beyond the base (their builder is the assumption)."""
+
+
+@dataclass(frozen=True)
+class PlainTraits(Traits):
+    """Kinds whose components have nothing to declare beyond the base (accountants, count
+    post-processing)."""
