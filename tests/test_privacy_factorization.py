@@ -21,9 +21,10 @@ import pytest
 from dp_accounting import pld
 from scipy import stats
 
+from asyncfl.privacy.accounting import sigma_for_strategy
 from asyncfl.privacy.factorization import (
-    CorrelatedNoise, banded_strategy, blt_strategy, identity_strategy, inverse_column, momentum_trajectory_workload,
-    momentum_workload, optimize_banded, optimize_blt, prefix_workload, sensitivity_squared, sigma_for_strategy,
+    CorrelatedNoise, NoiseState, banded_strategy, blt_strategy, identity_strategy, inverse_column, momentum_trajectory_workload,
+    momentum_workload, optimize_banded, optimize_blt, prefix_workload, sensitivity_squared,
     sqrt_strategy, strategy_sensitivity_squared, toeplitz, workload_error,
 )
 
@@ -110,7 +111,7 @@ def test_noise_buffers_are_declared_state():
     b.restore(a.state())
     np.testing.assert_array_equal(np.stack([a.next(z) for z in draws[3:]]), np.stack([b.next(z) for z in draws[3:]]))
     with pytest.raises(ValueError, match="shape"):
-        b.restore(np.zeros((2, 3)))
+        b.restore(NoiseState(np.zeros((2, 3))))
 
 
 def test_workload_error_against_a_dense_computation():

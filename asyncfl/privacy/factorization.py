@@ -42,7 +42,8 @@ against a brute-force maximum over every admissible pattern and sign vector at `
 
 The whole run is then **one** Gaussian mechanism of noise multiplier ``σ`` on ``C X`` with
 sensitivity ``sens(C)·S``: ``Z ~ N(0, (σ · sens(C) · S)²)`` per entry, and σ is calibrated with
-dp-accounting for a single Gaussian release (:func:`sigma_for_strategy`).
+dp-accounting for a single Gaussian release
+(:func:`asyncfl.privacy.accounting.sigma_for_strategy`).
 
 Optimisation
 ------------
@@ -58,12 +59,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
 
-from asyncfl.privacy import accounting
 from asyncfl.privacy.accountants import Releases
 
 
@@ -359,14 +359,6 @@ def optimize_blt(workload: np.ndarray, buffers: int, k: int = 1, b: int = 1, ite
     return blt_strategy(theta.numpy(), omega.numpy(), T)
 
 
-# ------------------------------------------------------------------------------ calibration
-def sigma_for_strategy(epsilon: float, delta: float, accountant: str = "pld") -> float:
-    """σ for the whole factorised run: one Gaussian release of ``C X`` with sensitivity
-    ``sens(C)·S`` and noise std ``σ·sens(C)·S`` (the participations are inside ``sens``), so σ
-    is dp-accounting's calibration of one ``GaussianDpEvent`` (``Releases(1)``)."""
-    return accounting.sigma_for(Releases(1), epsilon, delta, accountant)
-
-
 # ------------------------------------------------------------------------------ noise stream
 class CorrelatedNoise:
     """Streams ``w_t = (C⁻¹ z)_t`` for a banded or BLT strategy, one step at a time, from the
@@ -376,7 +368,8 @@ class CorrelatedNoise:
     * BLT: ``w_t = z_t − Σ_i ω_i s_i``, then ``s_i ← θ_i s_i + w_t`` (keeps ``n`` vectors);
     * identity: ``w_t = z_t``.
 
-    ``state()`` / ``restore()`` give the buffers as data (for a checkpoint)."""
+    ``state()`` / ``restore()`` give the buffers as data (:class:`NoiseState`, the declared state
+    the checkpoint holds)."""
 
     def __init__(self, strategy: Strategy, dim: int) -> None:
         self.strategy, self.dim = strategy, int(dim)
@@ -402,10 +395,58 @@ class CorrelatedNoise:
         self.buffers = np.vstack([w[None, :], self.buffers[:-1]])
         return w
 
-    def state(self) -> np.ndarray:
-        return self.buffers.copy()
+    def state(self) -> "NoiseState":
+        return NoiseState(self.buffers.copy())
 
-    def restore(self, state: np.ndarray) -> None:
-        if state.shape != self.buffers.shape:
-            raise ValueError(f"noise buffers of shape {state.shape}, expected {self.buffers.shape}")
-        self.buffers = state.copy()
+    def restore(self, state: "NoiseState") -> None:
+        buffers = np.asarray(state.buffers)
+        if buffers.shape != self.buffers.shape or buffers.dtype != np.float64:
+            raise ValueError(f"noise buffers of shape {buffers.shape} ({buffers.dtype}), expected {self.buffers.shape} (float64)")
+        self.buffers = buffers.copy()
+
+
+# ------------------------------------------------------------------------------ the noise components
+class NoiseState(NamedTuple):
+    """The noise stream's buffers as data (declared state of ``privacy.noise``, docs/privacy.md
+    §12): ``(b̂ − 1) × D`` past noise vectors (banded), ``n × D`` buffers (BLT), ``0 × D`` (i.i.d.);
+    ``D = d + L``, float64."""
+
+    buffers: np.ndarray
+
+
+@dataclass(frozen=True)
+class NoiseContext:
+    """What a noise builder is told of the run: ``steps`` T, the schema ``(k, b)`` the engine
+    enforces (``k`` None: no cap) and the momentum ``beta`` of a ``"momentum"`` workload."""
+
+    steps: int
+    k: int | None
+    b: int
+    beta: float | None
+
+
+def workload_column(cfg: Any, ctx: NoiseContext) -> np.ndarray:
+    """The first column of the workload a strategy is optimised for (``privacy.noise_workload``):
+    prefix sums, or the momentum matrix ``β^(t−s)`` (docs/server-rules.md §2)."""
+    if cfg.noise_workload == "momentum":
+        if ctx.beta is None:
+            raise ValueError("a momentum noise workload needs β (privacy.noise_beta or the rule's beta)")
+        return momentum_workload(ctx.steps, ctx.beta)
+    return prefix_workload(ctx.steps)
+
+
+def build_iid(cfg: Any, ctx: NoiseContext) -> Strategy:
+    """``privacy.noise = "iid"``: the identity strategy (independent noise on every step)."""
+    return identity_strategy(ctx.steps)
+
+
+def build_banded(cfg: Any, ctx: NoiseContext) -> Strategy:
+    """``privacy.noise = "banded"``: :func:`optimize_banded` with ``noise_bands`` bands under (k, b)."""
+    k = 1 if ctx.k is None else ctx.k
+    b = min(cfg.noise_bands, ctx.steps) if k == 1 else ctx.b
+    return optimize_banded(workload_column(cfg, ctx), cfg.noise_bands, k=k, b=b)
+
+
+def build_blt(cfg: Any, ctx: NoiseContext) -> Strategy:
+    """``privacy.noise = "blt"``: :func:`optimize_blt` with ``noise_buffers`` buffers under (k, b)."""
+    return optimize_blt(workload_column(cfg, ctx), cfg.noise_buffers, k=1 if ctx.k is None else ctx.k, b=ctx.b)

@@ -22,7 +22,7 @@ form, which the tests use as the independent check. Clients that never contribut
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from scipy import optimize, stats
@@ -69,37 +69,60 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return float(optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
-def client_epsilons(participations: np.ndarray, sigma: float, delta: float, accountant: str = "pld") -> np.ndarray:
+Release = Callable[[int], tuple[Releases, float]]
+"""``count -> (releases, σ)``: what a client of ``count`` contributions has released (i.i.d. noise:
+``(Releases(count), σ)``; correlated noise: one release, :meth:`PrivacySetup.client_release`)."""
+
+
+def _iid(sigma: float) -> Release:
+    return lambda count: (Releases(int(count)), sigma)
+
+
+def release_mu(releases: Releases, sigma: float) -> float:
+    """``μ = √n / σ`` of ``n`` un-subsampled Gaussian releases at noise multiplier ``σ``."""
+    return gdp_mu(releases.count, sigma)
+
+
+def client_epsilons(participations: np.ndarray, sigma: float, delta: float, accountant: str = "pld",
+                    release: Release | None = None) -> np.ndarray:
     """``ε_i`` at ``δ`` of each client's ``k_i`` contributions, composed without amplification by
-    the run's accountant (:func:`asyncfl.privacy.accounting.epsilon_of` of ``Releases(k_i)``);
-    0 where ``k_i = 0``. One evaluation per distinct count."""
+    the run's accountant (:func:`asyncfl.privacy.accounting.epsilon_of` of ``Releases(k_i)`` at σ,
+    or of ``release(k_i)``); 0 where ``k_i = 0``. One evaluation per distinct count."""
+    release = _iid(sigma) if release is None else release
     counts = np.asarray(participations, dtype=np.int64)
     out = np.zeros(counts.shape, dtype=np.float64)
     for k in np.unique(counts):
         if k > 0:
-            out[counts == k] = accounting.epsilon_of(Releases(int(k)), sigma, delta, accountant)
+            out[counts == k] = accounting.epsilon_of(*release(int(k)), delta, accountant)
     return out
 
 
-def client_summary(participations: np.ndarray, sigma: float, delta: float, accountant: str = "pld") -> dict[str, Any]:
+def client_summary(participations: np.ndarray, sigma: float, delta: float, accountant: str = "pld",
+                   release: Release | None = None) -> dict[str, Any]:
     """The per-client ε of ``summary.json``'s ``privacy`` section: ``epsilon_client_max``, the
     quantiles :data:`QUANTILES` over the clients that contributed (``epsilon_client_p50`` …;
     ``None`` when none did) and ``mu_client_max`` (``√max k_i / σ``)."""
+    release = _iid(sigma) if release is None else release
     counts = np.asarray(participations, dtype=np.int64)
-    eps = client_epsilons(counts, sigma, delta, accountant)
+    eps = client_epsilons(counts, sigma, delta, accountant, release)
     active = eps[counts > 0]
     out: dict[str, Any] = {"epsilon_client_max": float(eps.max(initial=0.0))}
     for q in QUANTILES:
         # the lower empirical quantile: a value some client actually has
         out[f"epsilon_client_p{round(q * 100)}"] = float(np.quantile(active, q, method="lower")) if active.size else None
-    out["mu_client_max"] = gdp_mu(int(counts.max(initial=0)), sigma)
+    most = int(counts.max(initial=0))
+    out["mu_client_max"] = release_mu(*release(most)) if most else 0.0
     return out
 
 
-def client_rows(participations: np.ndarray, sigma: float, delta: float, accountant: str = "pld") -> list[dict[str, Any]]:
+def client_rows(participations: np.ndarray, sigma: float, delta: float, accountant: str = "pld",
+                release: Release | None = None) -> list[dict[str, Any]]:
     """``privacy_clients.csv``: one row per client — ``client``, ``participations`` ``k_i``,
-    ``epsilon`` ``ε_i`` (run's accountant, at the run's δ) and ``mu`` ``√k_i/σ``."""
+    ``epsilon`` ``ε_i`` (run's accountant, at the run's δ) and ``mu`` (``√k_i/σ``; with
+    ``release``, that of ``release(k_i)``)."""
+    release = _iid(sigma) if release is None else release
     counts = np.asarray(participations, dtype=np.int64)
-    eps = client_epsilons(counts, sigma, delta, accountant)
-    return [{"client": i, "participations": int(k), "epsilon": float(e), "mu": gdp_mu(int(k), sigma)}
+    eps = client_epsilons(counts, sigma, delta, accountant, release)
+    mus = {int(k): (release_mu(*release(int(k))) if k > 0 else 0.0) for k in np.unique(counts)}
+    return [{"client": i, "participations": int(k), "epsilon": float(e), "mu": mus[int(k)]}
             for i, (k, e) in enumerate(zip(counts, eps))]

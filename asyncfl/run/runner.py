@@ -60,7 +60,8 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
     if sim.privacy_setup is not None:
         writer.write_privacy(sim.privacy_curve())
         setup, spent = sim.privacy_setup, sim.participation.spent  # type: ignore[union-attr]
-        writer.write_privacy_clients(per_client.client_rows(spent, setup.sigma, setup.delta, setup.accountant))
+        writer.write_privacy_clients(per_client.client_rows(spent, setup.sigma, setup.delta, setup.accountant,
+                                                            release=setup.client_release))
     writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
     bias_report.finish_hook(sim, writer.path)
     summary = {**sim.summary(), "status": status, **(extra or {})}

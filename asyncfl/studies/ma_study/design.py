@@ -175,8 +175,10 @@ class Study:
             "privacy.enabled": True, "privacy.delta": p.delta, "privacy.accountant": p.accountant,
             "privacy.counts": p.counts, "privacy.xi": p.xi, "privacy.gamma": p.gamma,
             "privacy.epsilon": p.epsilon, "privacy.noise_multiplier": None, "privacy.sampling": p.sampling,
-            "privacy.max_participations": p.max_participations, "privacy.noise_cohort": p.noise_cohort,
+            "privacy.noise_cohort": p.noise_cohort,
         }
+        if p.max_participations is not None:  # a key of the participation cap (refused under Poisson)
+            out["privacy.max_participations"] = p.max_participations
         if p.clip is not None:
             out["privacy.clip"] = p.clip
         if p.xi_over_sigma is not None or point.steps != self.spec.steps:
