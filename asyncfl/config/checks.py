@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from asyncfl.config.files import _fmt as short
 from asyncfl.config.files import package_name_problem, resolve_path
+from asyncfl.config.privacy import WORKLOAD_NEEDS_BETA
 
 if TYPE_CHECKING:
     from asyncfl.config.scenario import Scenario
@@ -171,7 +172,7 @@ def noise_beta(sc: Scenario) -> float | None:
     """The momentum β a ``"momentum"`` noise workload is optimised for: ``privacy.noise_beta``,
     else the server rule's own ``beta`` (None: neither, or a noise mechanism without a workload)."""
     own = sc.config_of("noise")
-    if own is None or own.noise_workload != "momentum":
+    if own is None or not WORKLOAD_NEEDS_BETA[own.noise_workload]:
         return None
     given = own.noise_beta
     if given is not None:
@@ -193,8 +194,9 @@ def check_correlated_noise(sc: Scenario) -> list[str]:
                 f"of the worst admissible participation pattern); privacy.sampling = {p.sampling!r} has none, use a "
                 "sampling assumption that enforces one (max_participations, min_separation)"]
     errors: list[str] = []
-    if sc.config_of("noise").noise_workload == "momentum" and noise_beta(sc) is None:
-        errors.append(f"privacy.noise_beta: required with privacy.noise_workload = 'momentum' when server.rule = "
+    workload = sc.config_of("noise").noise_workload
+    if WORKLOAD_NEEDS_BETA[workload] and noise_beta(sc) is None:
+        errors.append(f"privacy.noise_beta: required with privacy.noise_workload = {workload!r} when server.rule = "
                       f"{sc.server.rule!r} has no beta")
     k, b = schema(sc.config_of("sampling"))
     bands = getattr(p, "noise_bands", None)

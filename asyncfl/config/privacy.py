@@ -35,6 +35,8 @@ class ParticipationCapConfig(Section):
 
 
 Workload = Literal["prefix", "momentum"]
+#: per workload: whether it needs a momentum β (``noise_beta`` or the rule's ``beta``)
+WORKLOAD_NEEDS_BETA: dict[str, bool] = {"prefix": False, "momentum": True}
 
 
 class _CorrelatedNoise(Section):

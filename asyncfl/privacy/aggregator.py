@@ -82,10 +82,9 @@ class PrivateAggregator:
         # exactly without a noise cohort, so σS is then bit for bit the plain mechanism's)
         self.noise_std = self.sigma * mechanism.sensitivity(self.clip, self.gamma) * (self.buffer / self.noise_cohort)
         # a correlated strategy C: z_t ~ N(0, (σ · sens(C) · S · C/M)²) streamed through C⁻¹ (§12);
-        # the identity (i.i.d.) has sens = 1 and passes z_t through unchanged
+        # the identity (i.i.d.) has sens = 1 (the product is exact) and passes z_t through unchanged
         self.strategy = strategy
-        if strategy is not None and strategy.kind != "identity":
-            self.noise_std *= float(strategy_sensitivity)
+        self.noise_std *= float(strategy_sensitivity)
         self.stream: CorrelatedNoise | None = None
         if strategy is not None and dim is not None:
             self.stream = CorrelatedNoise(strategy, dim + self.num_staleness)

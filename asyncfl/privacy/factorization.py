@@ -64,6 +64,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import torch
 
+from asyncfl.config.privacy import WORKLOAD_NEEDS_BETA
 from asyncfl.privacy.accountants import Releases
 
 
@@ -373,10 +374,9 @@ class CorrelatedNoise:
 
     def __init__(self, strategy: Strategy, dim: int) -> None:
         self.strategy, self.dim = strategy, int(dim)
-        if strategy.kind == "blt":
-            assert strategy.theta is not None
+        if strategy.theta is not None:  # BLT
             self.buffers = np.zeros((strategy.theta.size, self.dim))
-        elif strategy.kind in ("banded", "identity"):
+        elif strategy.bands is not None:  # banded (the identity: one band)
             self.buffers = np.zeros((max(0, (strategy.bands or 1) - 1), self.dim))  # w_{t−1}, w_{t−2}, …
         else:
             raise ValueError(f"no streaming noise for a {strategy.kind!r} strategy (dense C⁻¹)")
@@ -384,8 +384,8 @@ class CorrelatedNoise:
     def next(self, z: np.ndarray) -> np.ndarray:
         s = self.strategy
         z = np.asarray(z, dtype=np.float64)
-        if s.kind == "blt":
-            assert s.theta is not None and s.omega is not None
+        if s.theta is not None:
+            assert s.omega is not None
             w = z - s.omega @ self.buffers
             self.buffers = s.theta[:, None] * self.buffers + w[None, :]
             return w
@@ -428,9 +428,9 @@ class NoiseContext:
 def workload_column(cfg: Any, ctx: NoiseContext) -> np.ndarray:
     """The first column of the workload a strategy is optimised for (``privacy.noise_workload``):
     prefix sums, or the momentum matrix ``β^(t−s)`` (docs/server-rules.md §2)."""
-    if cfg.noise_workload == "momentum":
+    if WORKLOAD_NEEDS_BETA[cfg.noise_workload]:
         if ctx.beta is None:
-            raise ValueError("a momentum noise workload needs β (privacy.noise_beta or the rule's beta)")
+            raise ValueError(f"the {cfg.noise_workload} noise workload needs β (privacy.noise_beta or the rule's beta)")
         return momentum_workload(ctx.steps, ctx.beta)
     return prefix_workload(ctx.steps)
 

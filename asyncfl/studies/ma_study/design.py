@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asyncfl.components.registry import REGISTRY
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.memory import check_memory
 from asyncfl.errors import ScenarioError
@@ -198,9 +199,11 @@ class Study:
         key = (point.task, point.privacy, protocol)
         if key not in self._sigma:
             p: PrivacyEntry = self.privacy[point.privacy]
-            cfg = scenario_mod.PrivacyConfig(enabled=True, epsilon=p.epsilon, delta=p.delta, accountant=p.accountant,
-                                             sampling=p.sampling, max_participations=p.max_participations,
-                                             noise_cohort=p.noise_cohort)
+            # the [privacy] section with the sampling assumption's own keys (the cap's k)
+            section = scenario_mod.composed("privacy", (REGISTRY.get("sampling", p.sampling),))
+            own = {} if p.max_participations is None else {"max_participations": p.max_participations}
+            cfg = section(enabled=True, epsilon=p.epsilon, delta=p.delta, accountant=p.accountant,
+                          sampling=p.sampling, noise_cohort=p.noise_cohort, **own)
             shape = run_shape(cfg, protocol, clients, self.spec.buffer, self.spec.steps)
             self._sigma[key] = float(resolve_sigma(cfg, shape)[0])
         return self._sigma[key]
