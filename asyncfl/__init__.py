@@ -39,6 +39,7 @@ PUBLIC: dict[str, str] = {
     "SolverTraits": "asyncfl.components.traits",
     "ExecutorTraits": "asyncfl.components.traits",
     "SamplingTraits": "asyncfl.components.traits",
+    "NoiseTraits": "asyncfl.components.traits",
     "MemoryPart": "asyncfl.components.traits",
     "MemoryShape": "asyncfl.components.traits",
     "Section": "asyncfl.config.base",
@@ -78,6 +79,7 @@ __all__ = [
     "SolverTraits",
     "ExecutorTraits",
     "SamplingTraits",
+    "NoiseTraits",
     "MemoryPart",
     "MemoryShape",
     "Section",
@@ -120,6 +122,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (at run time: __getattr
     from asyncfl.components.traits import ProtocolTraits as ProtocolTraits
     from asyncfl.components.traits import RuleTraits as RuleTraits
     from asyncfl.components.traits import SamplingTraits as SamplingTraits
+    from asyncfl.components.traits import NoiseTraits as NoiseTraits
     from asyncfl.components.traits import SolverTraits as SolverTraits
     from asyncfl.components.traits import TaskTraits as TaskTraits
     from asyncfl.compute.solvers import LocalSolver as LocalSolver

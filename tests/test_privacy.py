@@ -146,8 +146,12 @@ def test_aggregate_is_sum_of_payloads_plus_one_seeded_draw():
     np.testing.assert_allclose(out.raw_counts, noisy[d:] / gamma, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(out.weights, (np.arange(L) + 1.0) ** (-p) * (noisy[d:] / gamma) / C, rtol=1e-12)
 
-    # the aggregator keeps nothing at all between steps: only its configuration scalars
+    # the aggregator keeps nothing of a client between steps: its configuration scalars, and the
+    # noise strategy and stream (past noise only, declared state; docs/privacy.md §12)
     for name, value in vars(agg).items():
+        if name in ("strategy", "stream"):
+            assert value is None or type(value).__name__ in ("Strategy", "CorrelatedNoise"), name
+            continue
         assert isinstance(value, (int, float, str)), name
 
 

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
 
+from asyncfl.components.registry import component
 from asyncfl.cli.main import main
 from asyncfl.config import scenario as sc
 from asyncfl.config.scenario import PrivacyConfig
@@ -116,7 +117,9 @@ def test_noise_cohort_sets_the_poisson_rate_and_leaves_the_cap_alone():
     assert agg.noise_std == pytest.approx(setup.sigma * setup.sensitivity * 10 / 40, rel=1e-15)
     sigmas = set()
     for N, C, M in [(100, 10, None), (1000, 10, 500), (50, 5, 5)]:
-        cfg = PrivacyConfig(**base, sampling="participation-cap", max_participations=3, noise_cohort=M)
+        # the cap's keys join [privacy] only when the scenario names it: the section composed with it
+        capped = sc.composed("privacy", (component("sampling", "participation-cap"),))
+        cfg = capped(**base, sampling="participation-cap", max_participations=3, noise_cohort=M)
         setup, _ = build_privacy(cfg, buffer=C, clients=N, steps=20, max_staleness=3, exponent=0.0)
         assert setup.releases == Releases(3) and setup.cap == 3
         sigmas.add(setup.sigma)
@@ -362,8 +365,34 @@ BAD = [
     ({"privacy.max_participations": 1}, "run.steps × server.buffer = 12 × 3 = 36 uploads are needed, but population.clients × max_participations = 30 × 1 = 30"),
     ({"privacy.max_participations": 2, "privacy.noise_cohort": 2}, "privacy.noise_cohort = 2: must be at least server.buffer = 3"),
     ({"privacy.max_participations": 2, "run.max_update_norm": 10.0}, "run.max_update_norm = 10.0: must be unset with privacy.sampling = 'participation-cap'"),
-    ({"privacy.sampling": "poisson", "privacy.max_participations": 2}, "privacy.max_participations = 2: only used with privacy.sampling = 'participation-cap'"),
-    ({"privacy.sampling": "poisson", "privacy.noise_cohort": 31}, "privacy.noise_cohort = 31: must be at most population.clients = 30"),
+    # the schema's keys belong to the participation cap: refused under Poisson by the generic message
+    ({"privacy.sampling": "poisson", "privacy.max_participations": 2},
+     "privacy.max_participations: unknown key. Allowed: accountant, clip, counts, delta, enabled, epsilon, gamma, noise, "
+     "noise_cohort, noise_multiplier, sampling, xi (a key of privacy.sampling = 'participation-cap')"),
+    ({"privacy.sampling": "poisson", "privacy.max_participations": None, "privacy.min_separation": 2},
+     "privacy.min_separation: unknown key. Allowed: accountant, clip, counts, delta, enabled, epsilon, gamma, noise, "
+     "noise_cohort, noise_multiplier, sampling, xi (a key of privacy.sampling = 'participation-cap')"),
+    ({"privacy.min_separation": 0}, "privacy.min_separation = 0: must be greater than or equal to 1"),
+    # b consecutive steps of C = 3 uploads need b·C distinct clients: 11 · 3 = 33 > N = 30
+    ({"privacy.min_separation": 11}, "privacy.min_separation = 11: b consecutive steps of server.buffer = 3 uploads need "
+                                     "b·M = 33 distinct clients (none may contribute again within b steps), but population.clients = 30"),
+    # the accounted deployment sums M = 8 per step: T·M = 96 > N·k′ = 30·3; its population is ⌈96/3⌉ = 32
+    ({"privacy.max_participations": 3, "privacy.min_separation": 3, "privacy.noise_cohort": 8},
+     "privacy.max_participations = 3, privacy.min_separation = 3: the cap cannot supply the run: run.steps × "
+     "privacy.noise_cohort = 12 × 8 = 96 uploads are needed, but population.clients × max_participations = 30 × 3 = 90; "
+     "the accounted deployment needs a population of at least ⌈T·M/k′⌉ = 32"),
+    # k′ = min(k, ⌈T/b⌉) = min(5, ⌈12/11⌉) = 2 with M = 3: 2·30 = 60 ≥ 36 passes, but b·M = 33 > 30 does not
+    ({"privacy.max_participations": 5, "privacy.min_separation": 11}, "b·M = 33 distinct clients"),
+    # correlated noise: a schema is needed, and banded bands must fit in b when k > 1
+    ({"privacy.sampling": "poisson", "privacy.max_participations": None, "privacy.noise": "blt"},
+     "privacy.noise = 'blt': correlated noise needs a participation schema (its sensitivity is that of the worst "
+     "admissible participation pattern); privacy.sampling = 'poisson' has none"),
+    ({"privacy.noise": "banded", "privacy.noise_bands": 3, "privacy.min_separation": 2},
+     "privacy.noise_bands = 3: must be at most privacy.min_separation = 2 with max_participations = 2 > 1"),
+    ({"privacy.noise": "blt", "privacy.noise_workload": "momentum", "server.rule": "sgd", "server.beta": None},
+     "privacy.noise_beta: required with privacy.noise_workload = 'momentum' when server.rule = 'sgd' has no beta"),
+    ({"privacy.noise_bands": 3}, "privacy.noise_bands: unknown key"),
+    ({"privacy.sampling": "poisson", "privacy.max_participations": None, "privacy.noise_cohort": 31}, "privacy.noise_cohort = 31: must be at most population.clients = 30"),
     ({"privacy.sampling": "shuffling"}, "privacy.sampling = 'shuffling': unknown sampling assumption"),
     ({**SYNC, "server.cohort": 6, "server.buffer": 4, "server.algorithm": "feddr", "client.mu": 0.5, "server.rule": "sgd",
       "privacy.max_participations": 3}, "server.algorithm = 'feddr' takes its server step from a table"),

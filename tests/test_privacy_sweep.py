@@ -123,17 +123,18 @@ def test_a_capped_sweep_calibrates_for_k_releases_and_says_its_epsilon_is_a_guar
     from asyncfl.privacy import Releases, sigma_for
 
     raw = json.loads(json.dumps(SCENARIO))
-    raw["privacy"].update(sampling="participation-cap", max_participations=2, noise_cohort=40)
+    # k·N ≥ T·M: the accounted deployment's 4 steps of M = 40 uploads need k = 3 of N = 60 clients
+    raw["privacy"].update(sampling="participation-cap", max_participations=3, noise_cohort=40)
     path = tmp_path / "capped.toml"
     path.write_text(tomli_w.dumps(raw))
     out = tmp_path / "sweep"
     assert main(["privacy", str(path), "--xi", "30", "--rules", "momentum", "--out", str(out), "--quiet"]) == 0
     with open(out / "sweep.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
-    sigma = sigma_for(Releases(2), EPS, DELTA, "rdp")
+    sigma = sigma_for(Releases(3), EPS, DELTA, "rdp")
     assert float(row["sigma"]) == pytest.approx(sigma, rel=1e-5) and float(row["epsilon_spent"]) <= EPS
-    assert (row["sampling"], row["claim"], row["max_participations"], row["sampling_rate"]) == ("participation-cap", "guarantee", "2", "")
-    assert int(row["noise_cohort"]) == 40 and int(row["participations_max"]) <= 2
+    assert (row["sampling"], row["claim"], row["max_participations"], row["sampling_rate"]) == ("participation-cap", "guarantee", "3", "")
+    assert int(row["noise_cohort"]) == 40 and int(row["participations_max"]) <= 3
     assert float(row["participations_mean"]) == pytest.approx(T * C / N, rel=1e-5) and int(row["clients_at_cap"]) >= 0
     xi, s = 30.0, float(row["sigma"])
     assert float(row["update_noise_std"]) == pytest.approx(s * CLIP * xi / (40 * math.sqrt(xi**2 - s**2)), rel=1e-5)

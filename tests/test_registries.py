@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 import torch
 
+from asyncfl.components.registry import REGISTRY
 from asyncfl.clients import latency as latency_models
 from asyncfl.config import registries
 from asyncfl.config import scenario as sc
@@ -97,6 +98,7 @@ def test_every_kind_has_one_table_and_every_builtin_builder_is_a_module_attribut
     assert fields == [
         "task.name", "latency.dist", "population.availability", "server.protocol", "server.algorithm",
         "server.rule", "client.solver", "client.update_hook", "run.executor", "privacy.sampling", "privacy.accountant", "privacy.counts",
+        "privacy.noise",
     ]
     for reg in REGISTRIES:
         for entry in reg.entries():
@@ -408,6 +410,8 @@ def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
         raw["privacy"].update(enabled=True, noise_multiplier=0.5, xi=1.0)
     if field == "privacy.sampling" and name == "participation-cap":
         raw["privacy"]["max_participations"] = 2
+    if field == "privacy.noise" and REGISTRY.get("noise", name).traits.correlated:  # needs a participation schema
+        raw["privacy"].update(sampling="participation-cap", max_participations=4, min_separation=4)
     return raw
 
 
@@ -529,5 +533,5 @@ def test_simplex_counts_are_accepted_and_a_private_run_uses_them(monkeypatch: py
 def test_registries_module_lists_every_kind() -> None:
     found = {name for name, value in vars(registries).items() if isinstance(value, Registry)}
     assert found == {"RULES", "ALGORITHMS", "PROTOCOLS", "LATENCIES", "AVAILABILITIES", "TASKS", "SOLVERS", "HOOKS", "EXECUTORS",
-                     "SAMPLINGS", "ACCOUNTANTS", "COUNT_MODES"}
+                     "SAMPLINGS", "ACCOUNTANTS", "COUNT_MODES", "NOISES"}
     assert len(REGISTRIES) == len(found)

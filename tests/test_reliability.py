@@ -738,3 +738,18 @@ def test_a_run_killed_after_its_divergence_checkpoint_resumes_to_the_same_diverg
     strip = lambda p: {k: v for k, v in json.loads((p / "summary.json").read_text()).items()  # noqa: E731
                        if k not in ("wall_time", "updates_per_second")}
     assert strip(killed) == strip(ref)
+
+
+@pytest.mark.parametrize("noise", ["banded", "blt"])
+def test_resume_with_correlated_noise_and_a_min_separation(noise, tmp_path):
+    """The correlated noise's buffers are declared state (docs/privacy.md §12): a run whose every
+    step's noise depends on the earlier steps' noise, resumed anywhere, is the uninterrupted run
+    byte for byte — and its clients keep the schema k = 3, b = 2 across the resume."""
+    overrides = {"privacy.enabled": True, "privacy.epsilon": 4.0, "privacy.xi": 50.0,
+                 "privacy.sampling": "participation-cap", "privacy.max_participations": 3, "privacy.min_separation": 2,
+                 "privacy.noise": noise, "run.steps": 15, "population.clients": 24}
+    if noise == "banded":
+        overrides["privacy.noise_bands"] = 2
+    _resume_check(overrides, tmp_path, stops=(0.3, 0.8))
+    summary = json.loads((tmp_path / "ref" / "summary.json").read_text())["privacy"]
+    assert summary["noise"] == noise and summary["min_separation"] == 2 and summary["strategy_sensitivity"] > 1.0

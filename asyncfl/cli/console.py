@@ -91,11 +91,29 @@ def summary_table(summary: dict[str, Any]) -> Table:
         ("client updates per second", summary.get("updates_per_second")),
         ("wall time [s]", summary.get("wall_time")),
     ]
+    rows += privacy_rows(summary.get("privacy"))
     for key, value in rows:
         if value is None or (isinstance(value, float) and value != value):
             continue
         table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
     return table
+
+
+def privacy_rows(p: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """A private run's ε next to its clients' (docs/privacy.md §10–11): the mechanism's ε and
+    what it rests on, and the per-client ε composed without amplification (max / median)."""
+    if not p:
+        return []
+
+    def num(v: Any) -> str:
+        return "inf" if v is None else f"{v:.4g}"
+
+    rows: list[tuple[str, Any]] = [(f"ε at δ = {p.get('delta'):g} ({p.get('sampling')}: {p.get('claim')})", num(p.get("epsilon_spent")))]
+    if "epsilon_client_max" in p:
+        rows.append(("ε per client, max / median (no amplification)",
+                     f"{num(p['epsilon_client_max'])} / {'–' if p.get('epsilon_client_p50') is None else num(p['epsilon_client_p50'])}"
+                     f" (μ-GDP max {p.get('mu_client_max', 0.0):.4g}, {p.get('participations_max')} participations)"))
+    return rows
 
 
 class RunsDisplay:

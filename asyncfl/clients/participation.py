@@ -4,9 +4,13 @@ rule (docs/privacy.md §6).
 A private run keeps, per client ``k``, ``spent[k]`` — the server steps it has contributed to
 (accepted uploads) — and ``pending[k]`` — whether it has a dispatch whose fate is not decided
 yet (in flight, waiting in the open FedBuff buffer, or arrived in the open synchronous round).
-A client may be dispatched only when
+and ``last_step[k]`` — the server step it last contributed to (0: none yet). A client may be
+dispatched at model version ``v`` (the step in progress) only when
 
-    not pending[k]  and  spent[k] < k_max          (k_max = ∞ without a participation cap)
+    not pending[k]  and  spent[k] < k_max  and  (spent[k] = 0  or  v − last_step[k] ≥ b)
+
+(``k_max = ∞`` without a participation cap, ``b = privacy.min_separation``, 1 by default, when
+the separation rule is always true: a client is never dispatched during the step it contributed to)
 
 which gives, in every case:
 
@@ -17,7 +21,10 @@ which gives, in every case:
   acceptance*: a dispatch needs ``spent + pending < k_max``; an accepted upload moves the
   reservation to ``spent``; every other fate — a stale drop, an offline drop, a cancelled
   straggler, a rejection — releases it unspent. So ``spent[k] ≤ k_max`` always, and an upload
-  that would exceed the cap is never produced: its client was never dispatched.
+  that would exceed the cap is never produced: its client was never dispatched;
+* **contributions at least b steps apart.** An upload dispatched at version ``v`` can only be
+  accepted by a step ``t ≥ v`` (the version only grows), and ``last_step`` cannot change while
+  the dispatch is pending, so its step is ``t ≥ v ≥ last_step + b``.
 
 Every fate passes through :meth:`Participation.settle` (one per ``updates.csv`` row), so the
 rule holds for every protocol, for availability and for replayed traces alike. The ledger is
@@ -28,7 +35,7 @@ the server step at which some client first reached ``j + 1`` participations (the
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -39,34 +46,56 @@ class ParticipationState(NamedTuple):
     spent: np.ndarray  # int64 (N,): server steps each client has contributed to
     pending: np.ndarray  # bool (N,): the client has a dispatch whose fate is not decided yet
     first_step: np.ndarray  # int64 (m,): step at which some client first reached j + 1 participations
+    last_step: np.ndarray  # int64 (N,): the server step each client last contributed to (0: none)
 
 
 class Participation:
     """Participations per client and who may be dispatched (module docstring). ``cap`` is
-    ``k_max`` (None: no cap, only the one-upload rule)."""
+    ``k_max`` (None: no cap, only the one-upload rule), ``separation`` b, and ``version()`` the
+    step in progress (the simulation's model version)."""
 
-    def __init__(self, clients: int, cap: int | None) -> None:
+    def __init__(self, clients: int, cap: int | None, separation: int = 1,
+                 version: Callable[[], int] | None = None) -> None:
         if cap is not None and cap < 1:
             raise ValueError(f"participation cap {cap}: must be at least 1")
+        if separation < 1:
+            raise ValueError(f"min separation {separation}: must be at least 1")
+        if separation > 1 and version is None:
+            raise ValueError("a min separation needs the simulation's version")
         self.cap = cap
+        self.separation = int(separation)
+        self.version = version
         self.spent = np.zeros(clients, dtype=np.int64)
         self.pending = np.zeros(clients, dtype=bool)
         self.first_step = np.zeros(0, dtype=np.int64)
+        self.last_step = np.zeros(clients, dtype=np.int64)
 
     # -- who may be dispatched -------------------------------------------------------------------
+    def rested(self, client: int) -> bool:
+        """``spent = 0`` or ``v − last_step ≥ b`` (always true for b = 1)."""
+        if self.separation == 1 or self.spent[client] == 0:
+            return True
+        assert self.version is not None
+        return self.version() - int(self.last_step[client]) >= self.separation
+
     def eligible(self, client: int) -> bool:
-        return not self.pending[client] and (self.cap is None or self.spent[client] < self.cap)
+        return (not self.pending[client] and (self.cap is None or self.spent[client] < self.cap)
+                and self.rested(client))
 
     def eligible_mask(self) -> np.ndarray:
         mask = ~self.pending
         if self.cap is not None:
             mask &= self.spent < self.cap
+        if self.separation > 1:
+            assert self.version is not None
+            mask &= (self.spent == 0) | (self.version() - self.last_step >= self.separation)
         return mask
 
     def exhausted(self) -> bool:
-        """Under a cap: no client can be dispatched, now or later, without exceeding it (every
-        client has reached the cap or waits for the open step)."""
-        return self.cap is not None and not self.eligible_mask().any()
+        """Under a cap: no client can be dispatched now (every client has reached the cap, waits
+        for the open step, or contributed fewer than b steps ago). Asked when nothing is on the
+        clock: then no step can be taken, the version cannot move, and nobody becomes eligible."""
+        return (self.cap is not None or self.separation > 1) and not self.eligible_mask().any()
 
     # -- fates ------------------------------------------------------------------------------------
     def reserve(self, client: int) -> None:
@@ -74,7 +103,8 @@ class Participation:
         if not self.eligible(client):
             raise RuntimeError(
                 f"client {client} dispatched while not eligible (pending: {bool(self.pending[client])}, "
-                f"participations {int(self.spent[client])} of cap {self.cap})"
+                f"participations {int(self.spent[client])} of cap {self.cap}, last step {int(self.last_step[client])}, "
+                f"min separation {self.separation})"
             )
         self.pending[client] = True
 
@@ -84,6 +114,7 @@ class Participation:
         self.pending[client] = False
         if accepted:
             self.spent[client] += 1
+            self.last_step[client] = step
             if self.spent[client] > self.first_step.size:
                 self.first_step = np.append(self.first_step, np.int64(step))
 
@@ -93,9 +124,10 @@ class Participation:
         return int(np.count_nonzero(self.first_step <= step))
 
     def state(self) -> ParticipationState:
-        return ParticipationState(self.spent.copy(), self.pending.copy(), self.first_step.copy())
+        return ParticipationState(self.spent.copy(), self.pending.copy(), self.first_step.copy(), self.last_step.copy())
 
     def restore(self, state: ParticipationState) -> None:
         self.spent = state.spent.copy()
         self.pending = state.pending.copy()
         self.first_step = state.first_step.copy()
+        self.last_step = state.last_step.copy()

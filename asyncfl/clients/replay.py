@@ -252,7 +252,8 @@ class ReplayFleet(Fleet):
 
     def _check_eligible(self, entry: Dispatch) -> None:
         """A private run cannot follow a recorded dispatch of a client that still has an upload
-        waiting for the open step, or that has reached its participation cap (docs/privacy.md §6)."""
+        waiting for the open step, that has reached its participation cap, or that contributed fewer
+        than ``privacy.min_separation`` steps ago (docs/privacy.md §6)."""
         ledger = self.participation
         if ledger is None or ledger.eligible(entry.client):
             return
@@ -263,6 +264,12 @@ class ReplayFleet(Fleet):
                 "run takes at most one upload per client per step (docs/privacy.md §6), so it can replay only a trace "
                 "recorded by a private run with the same protocol, concurrency and buffer"
             )
+        if not ledger.rested(entry.client):
+            raise ParticipationCapReached(
+                f"{where}: sends client {entry.client}, which contributed to server step {int(ledger.last_step[entry.client])}, "
+                f"fewer than privacy.min_separation = {ledger.separation} steps ago; a run with a min separation can "
+                "replay only a trace that respects it (one recorded by a run with the same schema, protocol, "
+                "concurrency and buffer)")
         raise ParticipationCapReached(
             f"{where}: sends client {entry.client}, which has contributed to privacy.max_participations = {ledger.cap} "
             "server steps already; a capped run can replay only a trace that respects its cap (one recorded by a run "

@@ -14,7 +14,7 @@ from typing import Any
 from asyncfl.components.core import Component
 from asyncfl.components.traits import (
     AlgorithmTraits, AvailabilityTraits, ExecutorTraits, LatencyTraits, MemoryPart, MemoryShape, ProtocolTraits, RuleTraits,
-    SamplingTraits, SolverTraits, TaskTraits,
+    NoiseTraits, SamplingTraits, SolverTraits, TaskTraits,
 )
 from asyncfl.config import checks
 from asyncfl.config import datasets as ds
@@ -22,6 +22,7 @@ from asyncfl.config import latency as lat
 from asyncfl.config import tasks as tk
 from asyncfl.config.client import AdamSolverConfig, ClipHookConfig, LinearisedSolverConfig, SGDSolverConfig, TopKHookConfig
 from asyncfl.config.population import DiurnalConfig, TraceAvailabilityConfig
+from asyncfl.config.privacy import BandedNoiseConfig, BLTNoiseConfig, ParticipationCapConfig
 from asyncfl.config.server import (
     AdamConfig, DelayScaleConfig, FADASConfig, FedBuffConfig, FedDRConfig, FedPDConfig, MAFullConfig, MALightConfig,
     MomentumConfig, SyncConfig,
@@ -56,6 +57,15 @@ def _ca2fl_memory(cfg: None, shape: MemoryShape) -> tuple[MemoryPart, ...]:
     """CA2FL's cache: one model vector per client, copied once per step to keep the state pure."""
     return (MemoryPart("CA2FL's cached update per client (and its copy in a step)", 2 * shape.clients * shape.vector,
                        ("population.clients", "task")),)
+
+
+def _noise_memory(rows: Any) -> Any:
+    """A correlated-noise stream keeps ``rows(cfg)`` past noise vectors of ``d + L`` float64
+    entries (docs/privacy.md §12)."""
+    def memory(cfg: Any, shape: MemoryShape) -> tuple[MemoryPart, ...]:
+        return (MemoryPart("the correlated noise's buffers", rows(cfg) * shape.params * 8,
+                           ("privacy.noise", "task")),)
+    return memory
 
 
 def _task(name: str, module: str, summary: str, config: type, **traits: Any) -> Component:
@@ -207,13 +217,26 @@ COMPONENTS: tuple[Component, ...] = (
     # -- privacy (docs/privacy.md) --------------------------------------------------------------------
     Component("sampling", "poisson", "asyncfl.privacy.sampling:POISSON", None, SamplingTraits(check=checks.check_poisson),
               summary="Poisson subsampling at q = M/N per step, T steps (an approximation: FedBuff does not Poisson-sample)"),
-    Component("sampling", "participation-cap", "asyncfl.privacy.sampling:PARTICIPATION_CAP", None,
-              SamplingTraits(check=checks.check_participation_cap),
-              summary="at most max_participations steps per client, composed without amplification (a guarantee)"),
+    Component("sampling", "participation-cap", "asyncfl.privacy.sampling:PARTICIPATION_CAP", ParticipationCapConfig,
+              SamplingTraits(check=checks.check_participation_cap, schema=checks.participation_schema),
+              summary="at most max_participations steps per client, min_separation apart, composed without "
+                      "amplification (a guarantee)"),
     Component("accountant", "pld", "asyncfl.privacy.accountants:pld_epsilon", summary="privacy loss distributions (tight)"),
     Component("accountant", "rdp", "asyncfl.privacy.accountants:rdp_epsilon", summary="Rényi DP (looser, cheap)"),
     Component("counts", "raw", "asyncfl.privacy.counts:counts_raw", summary="unchanged noisy counts"),
     Component("counts", "clamp", "asyncfl.privacy.counts:counts_clamp", summary="max(ĉ, 0)"),
     Component("counts", "project", "asyncfl.privacy.counts:counts_project", summary="clamp, then rescale to sum C"),
     Component("counts", "simplex", "asyncfl.privacy.counts:project_simplex", summary="Euclidean projection onto {c ≥ 0, Σc = C}"),
+    Component("noise", "iid", "asyncfl.privacy.factorization:build_iid", None, NoiseTraits(correlated=False),
+              state=("asyncfl.privacy.factorization:NoiseState",), summary="independent Gaussian noise on every step"),
+    Component("noise", "banded", "asyncfl.privacy.factorization:build_banded", BandedNoiseConfig,
+              NoiseTraits(correlated=True, check=checks.check_correlated_noise,
+                          memory=_noise_memory(lambda cfg: cfg.noise_bands - 1)),
+              state=("asyncfl.privacy.factorization:NoiseState",),
+              summary="correlated noise of a banded Toeplitz strategy (noise_bands), optimised for noise_workload"),
+    Component("noise", "blt", "asyncfl.privacy.factorization:build_blt", BLTNoiseConfig,
+              NoiseTraits(correlated=True, check=checks.check_correlated_noise,
+                          memory=_noise_memory(lambda cfg: cfg.noise_buffers)),
+              state=("asyncfl.privacy.factorization:NoiseState",),
+              summary="correlated noise of a buffered-linear-Toeplitz strategy (noise_buffers), optimised for noise_workload"),
 )

@@ -80,6 +80,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "epsilon(releases, sigma, delta) -> float"),
     Kind("counts", "count post-processing", "privacy", "counts", "project", tr.PlainTraits, False,
          "postprocess(counts, C) -> ndarray"),
+    Kind("noise", "noise mechanism", "privacy", "noise", "iid", tr.NoiseTraits, False,
+         "build(cfg, NoiseContext) -> Strategy (docs/privacy.md §12)"),
 )}
 """Every kind of component, by name (docs/extending.md §2 lists what each builder gets)."""
 

@@ -152,7 +152,22 @@ class ExecutorTraits(Traits):
 
 @dataclass(frozen=True)
 class SamplingTraits(Traits):
-    """Sampling assumptions have no traits beyond the base (their builder is the assumption)."""
+    """``schema``: the participation schema the engine enforces for this assumption, as a function
+    of its own config, ``schema(cfg) -> (k, b)``: at most k contributions per client, any two at
+    least b server steps apart (None: no schema — no cap, b = 1). A correlated-noise mechanism's
+    sensitivity needs one (docs/privacy.md §6, §12)."""
+
+    schema: Callable[[Any], tuple[int | None, int]] | None = None
+
+
+@dataclass(frozen=True)
+class NoiseTraits(Traits):
+    """``correlated``: the mechanism's noise is correlated across steps (a strategy ``C`` other
+    than the identity), so σ is calibrated for the whole run as one Gaussian release of ``C X``
+    with the strategy's sensitivity under the sampling assumption's schema; False: i.i.d. noise,
+    σ calibrated for the sampling assumption's releases (docs/privacy.md §12)."""
+
+    correlated: bool = False
 
 
 @dataclass(frozen=True)

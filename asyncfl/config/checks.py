@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from asyncfl.config.files import _fmt as short
 from asyncfl.config.files import package_name_problem, resolve_path
+from asyncfl.config.privacy import WORKLOAD_NEEDS_BETA
 
 if TYPE_CHECKING:
     from asyncfl.config.scenario import Scenario
@@ -121,24 +122,53 @@ def check_trace_availability(sc: Scenario) -> list[str]:
 
 
 # -- privacy --------------------------------------------------------------------------------------
+def participation_schema(cfg: Any) -> tuple[int | None, int]:
+    """The participation-cap's schema ``(k, b)`` from its own config (docs/privacy.md §6)."""
+    return cfg.max_participations, int(cfg.min_separation)
+
+
+def admissible_participations(k: int, b: int, steps: int) -> int:
+    """``k′ = min(k, ⌈T/b⌉)``: the most contributions a client can make to ``T`` steps ``b`` apart."""
+    return min(int(k), -(-int(steps) // int(b)))
+
+
+def noise_cohort(sc: Scenario) -> int:
+    """``M``: the uploads the accounted deployment's step sums (``privacy.noise_cohort``, else C)."""
+    return sc.server.buffer if sc.privacy.noise_cohort is None else sc.privacy.noise_cohort
+
+
 def check_participation_cap(sc: Scenario) -> list[str]:
-    """The cap must be able to supply the run (k·N ≥ T·C) and rejections by norm would make who
-    contributes depend on the data (docs/privacy.md §6)."""
-    p, n, steps, buffer = sc.privacy, sc.population.clients, sc.run.steps, sc.server.buffer
+    """The schema (k, b) must be able to supply the accounted deployment — ``k′·N ≥ T·M`` with
+    ``k′ = min(k, ⌈T/b⌉)`` and ``N ≥ b·M`` (b consecutive steps of M uploads need b·M distinct
+    clients) — so that only a consistent setting is called a guarantee; and rejections by norm
+    would make who contributes depend on the data (docs/privacy.md §6)."""
+    p, n, steps = sc.privacy, sc.population.clients, sc.run.steps
     errors: list[str] = []
     if not p.enabled:
         return errors
-    k = p.max_participations
+    k, b = participation_schema(p)
+    m = noise_cohort(sc)
+    per_step = "server.buffer" if p.noise_cohort is None else "privacy.noise_cohort"
     if k is None:
         errors.append(f"privacy.max_participations: required with privacy.sampling = {p.sampling!r} "
                       "(k ≥ 1: no client contributes to more than k server steps)")
-    elif k * n < steps * buffer:
-        need = -(-steps * buffer // n)
+    else:
+        kk = admissible_participations(k, b, steps)
+        if kk * n < steps * m:
+            need = -(-steps * m // kk)
+            what = ("max_participations" if kk == k else
+                    f"k′ = min(max_participations, ⌈run.steps / min_separation⌉) = min({k}, ⌈{steps}/{b}⌉)")
+            errors.append(
+                f"privacy.max_participations = {k}, privacy.min_separation = {b}: the cap cannot supply the run: "
+                f"run.steps × {per_step} = {steps} × {m} = {steps * m} uploads are needed, but population.clients × "
+                f"{what} = {n} × {kk} = {n * kk}; the accounted deployment needs a population of at least "
+                f"⌈T·M/k′⌉ = {need}: raise population.clients or privacy.max_participations, lower "
+                "privacy.min_separation or run.steps")
+    if b * m > n:
         errors.append(
-            f"privacy.max_participations = {k}: the cap cannot supply the run: run.steps × server.buffer = "
-            f"{steps} × {buffer} = {steps * buffer} uploads are needed, but population.clients × max_participations = "
-            f"{n} × {k} = {n * k}; raise privacy.max_participations to at least {need}, or population.clients, or lower run.steps"
-        )
+            f"privacy.min_separation = {b}: b consecutive steps of {per_step} = {m} uploads need b·M = {b * m} distinct "
+            f"clients (none may contribute again within b steps), but population.clients = {n}; lower "
+            "privacy.min_separation or raise population.clients")
     if sc.run.max_update_norm is not None:
         errors.append(
             f"run.max_update_norm = {sc.run.max_update_norm}: must be unset with privacy.sampling = {p.sampling!r} "
@@ -151,10 +181,45 @@ def check_participation_cap(sc: Scenario) -> list[str]:
 def check_poisson(sc: Scenario) -> list[str]:
     p, n = sc.privacy, sc.population.clients
     errors = []
-    if p.max_participations is not None:
-        errors.append(f"privacy.max_participations = {p.max_participations}: only used with privacy.sampling = "
-                      f"'participation-cap' (it is {p.sampling!r})")
     if p.enabled and p.noise_cohort is not None and p.noise_cohort > n:
         errors.append(f"privacy.noise_cohort = {p.noise_cohort}: must be at most population.clients = {n} under "
                       f"privacy.sampling = {p.sampling!r} (its sampling rate is q = M/N ≤ 1)")
+    return errors
+
+
+def noise_beta(sc: Scenario) -> float | None:
+    """The momentum β a ``"momentum"`` noise workload is optimised for: ``privacy.noise_beta``,
+    else the server rule's own ``beta`` (None: neither, or a noise mechanism without a workload)."""
+    own = sc.config_of("noise")
+    if own is None or not WORKLOAD_NEEDS_BETA[own.noise_workload]:
+        return None
+    given = own.noise_beta
+    if given is not None:
+        return float(given)
+    beta = getattr(sc.config_of("rule"), "beta", None)
+    return None if beta is None else float(beta)
+
+
+def check_correlated_noise(sc: Scenario) -> list[str]:
+    """Correlated noise needs a participation schema (its sensitivity is computed under (k, b),
+    docs/privacy.md §12), a β for the momentum workload, and — banded with k > 1 — at most b
+    bands (columns b apart then have disjoint supports, the case the exact sensitivity covers)."""
+    p = sc.privacy
+    if not p.enabled:
+        return []
+    schema = sc.component("sampling").traits.schema
+    if schema is None:
+        return [f"privacy.noise = {p.noise!r}: correlated noise needs a participation schema (its sensitivity is that "
+                f"of the worst admissible participation pattern); privacy.sampling = {p.sampling!r} has none, use a "
+                "sampling assumption that enforces one (max_participations, min_separation)"]
+    errors: list[str] = []
+    workload = sc.config_of("noise").noise_workload
+    if WORKLOAD_NEEDS_BETA[workload] and noise_beta(sc) is None:
+        errors.append(f"privacy.noise_beta: required with privacy.noise_workload = {workload!r} when server.rule = "
+                      f"{sc.server.rule!r} has no beta")
+    k, b = schema(sc.config_of("sampling"))
+    bands = getattr(p, "noise_bands", None)
+    if bands is not None and k is not None and k > 1 and min(bands, sc.run.steps) > b:
+        errors.append(f"privacy.noise_bands = {bands}: must be at most privacy.min_separation = {b} with "
+                      f"max_participations = {k} > 1 (columns b apart must not overlap for the exact sensitivity)")
     return errors

@@ -19,6 +19,7 @@ EXECUTORS: KindTable = table("executor")
 SAMPLINGS: KindTable = table("sampling")
 ACCOUNTANTS: KindTable = table("accountant")
 COUNT_MODES: KindTable = table("counts")
+NOISES: KindTable = table("noise")
 
 REGISTRIES: tuple[KindTable, ...] = tuple(table(kind) for kind in KINDS)
 """Every kind's table, for tools that list what exists."""

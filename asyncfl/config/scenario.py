@@ -145,16 +145,18 @@ class RunConfig(Section):
 class PrivacyConfig(Section):
     """Private aggregation (docs/privacy.md). Give ``epsilon`` (σ is calibrated) or
     ``noise_multiplier`` (σ directly, ε is reported); give ``xi`` (> σ) or ``gamma``.
-    ``sampling``, ``accountant`` and ``counts`` are names in the SAMPLINGS, ACCOUNTANTS and
-    COUNT_MODES registries (docs/privacy.md).
+    ``sampling``, ``accountant``, ``counts`` and ``noise`` name components, whose own keys join
+    this section (:mod:`asyncfl.config.privacy`).
 
     ``sampling`` is what the reported ε rests on: ``"poisson"`` (default; every step accounted as
     Poisson subsampling at ``q = M/N``: an approximation, FedBuff does not Poisson-sample, §5) or
     ``"participation-cap"`` (the engine lets no client contribute to more than
-    ``max_participations`` = k server steps, and ε is that of k Gaussian releases without
-    amplification: a guarantee for any dispatch order, §6). ``noise_cohort`` = M ≥ C (default C)
-    simulates the noise of a deployment whose buffer sums M uploads: the noise is scaled by C/M
-    and the accounting is the deployment's (§7)."""
+    ``max_participations`` = k server steps, nor to two steps fewer than ``min_separation`` = b
+    apart, and ε is that of k Gaussian releases without amplification: a guarantee for any
+    dispatch order, §6). ``noise`` is the mechanism's noise across steps: ``"iid"`` (default,
+    §1), or correlated by a ``"banded"`` or ``"blt"`` strategy (§12, with a participation cap).
+    ``noise_cohort`` = M ≥ C (default C) simulates the noise of a deployment whose buffer sums M
+    uploads: the noise is scaled by C/M and the accounting is the deployment's (§7)."""
 
     enabled: bool = False
     clip: PosFloat = 1.0
@@ -164,10 +166,10 @@ class PrivacyConfig(Section):
     xi: PosFloat | None = None
     gamma: PosFloat | None = None
     sampling: str = "poisson"
-    max_participations: PosInt | None = None  # k; required with sampling = "participation-cap"
     noise_cohort: PosInt | None = None  # M ≥ server.buffer; None: M = C
     accountant: str = "pld"
     counts: str = "project"
+    noise: str = "iid"
 
 
 SECTIONS: dict[str, type[Section]] = {

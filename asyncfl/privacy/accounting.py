@@ -149,3 +149,10 @@ def sigma_for(releases: Releases, epsilon: float, delta: float, accountant: Acco
 def calibrate_sigma(epsilon: float, delta: float, q: float, steps: int, accountant: Accountant = "pld") -> float:
     """:func:`sigma_for` the Poisson releases ``Releases(T = steps, q)`` (docs/privacy.md §5)."""
     return sigma_for(Releases(steps, q), epsilon, delta, accountant)
+
+
+def sigma_for_strategy(epsilon: float, delta: float, accountant: str = "pld") -> float:
+    """σ for a run with correlated noise (docs/privacy.md §12): one Gaussian release of ``C X``
+    with sensitivity ``sens(C)·S`` and noise std ``σ·sens(C)·S`` (the participations are inside
+    ``sens``), so σ is the calibration of one ``GaussianDpEvent`` (``Releases(1)``)."""
+    return sigma_for(Releases(1), epsilon, delta, accountant)

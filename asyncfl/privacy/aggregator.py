@@ -24,10 +24,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from asyncfl.components.registry import REGISTRY
 from asyncfl.config.registries import SAMPLINGS
 from asyncfl.errors import ScenarioError
-from asyncfl.privacy import accounting, mechanism
+from asyncfl.privacy import accounting, factorization, mechanism, per_client
 from asyncfl.privacy.accountants import Releases
+from asyncfl.privacy.factorization import CorrelatedNoise, NoiseContext, NoiseState, Strategy
 from asyncfl.privacy.sampling import RunShape, SamplingAssumption
 from asyncfl.server.aggregation import Aggregate, ClientUpdate, staleness_weight, weight_row
 
@@ -42,7 +44,8 @@ class PrivateAggregator:
     * the returned :class:`Aggregate` holds the step number, a freshly allocated ``r`` (not a
       view of the sum, detached from any autograd graph that could lead back to a client's
       tensor) and a freshly computed ``weights`` row;
-    * it keeps no state: the raw noisy counts ``ĉ_τ`` (a post-processing of the noisy sum) are
+    * it keeps no per-client state: the correlated noise's buffers hold past *noise* only
+      (:meth:`noise_state`, declared state), and the raw noisy counts ``ĉ_τ`` (a post-processing of the noisy sum) are
       returned in the aggregate (``Aggregate.raw_counts``) for the run's ``private_by_staleness``.
 
     Payloads and the noisy sum are computed in float64 so that rounding cannot push a payload
@@ -59,6 +62,9 @@ class PrivateAggregator:
         gamma: float,
         counts: mechanism.CountsMode = "project",
         noise_cohort: int | None = None,
+        strategy: Strategy | None = None,
+        strategy_sensitivity: float = 1.0,
+        dim: int | None = None,
     ) -> None:
         if num_staleness is None or num_staleness < 1:
             raise ScenarioError(["server.max_staleness: must be set when privacy is enabled"])
@@ -75,11 +81,32 @@ class PrivateAggregator:
         # σ S C/M: the noise of a deployment summing M uploads, seen on a sum of C (C/M = 1.0
         # exactly without a noise cohort, so σS is then bit for bit the plain mechanism's)
         self.noise_std = self.sigma * mechanism.sensitivity(self.clip, self.gamma) * (self.buffer / self.noise_cohort)
+        # a correlated strategy C: z_t ~ N(0, (σ · sens(C) · S · C/M)²) streamed through C⁻¹ (§12);
+        # the identity (i.i.d.) has sens = 1 (the product is exact) and passes z_t through unchanged
+        self.strategy = strategy
+        self.noise_std *= float(strategy_sensitivity)
+        self.stream: CorrelatedNoise | None = None
+        if strategy is not None and dim is not None:
+            self.stream = CorrelatedNoise(strategy, dim + self.num_staleness)
+
+    def noise_state(self) -> NoiseState | None:
+        """The correlated noise's buffers (declared state; None before the first step of a run
+        built without its dimension, or without a strategy)."""
+        return None if self.stream is None else self.stream.state()
+
+    def restore_noise(self, state: NoiseState) -> None:
+        if self.strategy is None:
+            raise ValueError("noise state given to an aggregator without a noise strategy")
+        if self.stream is None:
+            self.stream = CorrelatedNoise(self.strategy, int(np.asarray(state.buffers).shape[1]))
+        self.stream.restore(state)
 
     def aggregate(self, step: int, updates: Sequence[ClientUpdate], rng: np.random.Generator) -> Aggregate:
         """One private step: ``Σ_k y_k + N(0, (σSC/M)² I)`` decoded into an :class:`Aggregate`.
 
-        Draws exactly ``d + L`` normals from ``rng`` (``rng.normal(0, σSC/M, d + L)``). The decode
+        Draws exactly ``d + L`` normals from ``rng`` (``rng.normal(0, σSC/M, d + L)``; with a
+        correlated strategy the std carries ``sens(C)`` and the step's noise is
+        :meth:`CorrelatedNoise.next` of the draw, docs/privacy.md §12). The decode
         divides by the fixed ``C = server.buffer``, also in a synchronous round that accepted
         fewer: the number of contributions is not released (docs/privacy.md §2, §9)."""
         if not updates:
@@ -93,6 +120,10 @@ class PrivateAggregator:
                 w = float(staleness_weight(u.staleness, self.exponent))
                 total.add_(mechanism.payload(u.message, u.staleness, w, self.clip, self.gamma, L))
             noise = rng.normal(0.0, self.noise_std, size=d + L)
+            if self.strategy is not None:
+                if self.stream is None:
+                    self.stream = CorrelatedNoise(self.strategy, d + L)
+                noise = self.stream.next(noise)
             total.add_(torch.from_numpy(noise).to(device=total.device))
             r, c_hat = mechanism.decode(total, d, L, self.buffer, self.gamma)
             r = r.to(dtype=like.dtype).reshape(like.shape).clone()
@@ -107,8 +138,11 @@ class PrivacySetup:
 
     ``sigma`` σ (noise multiplier), ``gamma`` γ, ``xi`` ξ = σS/γ, ``clip`` S_Δ, ``delta`` δ,
     ``epsilon_target`` (None when σ was given), ``accountant``, ``counts`` (post-processing),
-    ``sampling`` (the assumption's name), ``shape`` (what the assumption knows of the run) and
-    ``releases`` (what σ was calibrated for: ``Releases(T, q)`` or ``Releases(k)``)."""
+    ``sampling`` (the assumption's name), ``shape`` (what the assumption knows of the run),
+    ``releases`` (what σ was calibrated for: ``Releases(T, q)`` or ``Releases(k)``, or
+    ``Releases(1)`` for correlated noise: the whole run is one Gaussian release of ``C X``), and the
+    noise mechanism: ``noise`` (its name), ``strategy`` and ``strategy_sensitivity`` ``sens(C)``
+    under the schema (k, b) (None and 1.0 for i.i.d. noise; docs/privacy.md §12)."""
 
     sigma: float
     gamma: float
@@ -121,6 +155,23 @@ class PrivacySetup:
     sampling: str
     shape: RunShape
     releases: Releases
+    noise: str = "iid"
+    strategy: Strategy | None = None
+    strategy_sensitivity: float = 1.0
+
+    @property
+    def correlated(self) -> bool:
+        return self.strategy is not None
+
+    def client_release(self, count: int) -> tuple[Releases, float]:
+        """``(releases, σ)`` of a client that contributed to ``count`` ≥ 1 steps, composed
+        without amplification (docs/privacy.md §11): i.i.d. noise — ``count`` Gaussian releases
+        at σ; correlated — one Gaussian release at ``σ · sens(C; k, b) / sens(C; count, b)``, the
+        worst admissible pattern of ``count`` contributions (an upper bound on the client's ε)."""
+        if self.strategy is None:
+            return Releases(int(count)), self.sigma
+        own = factorization.strategy_sensitivity(self.strategy, int(count), self.shape.min_separation)
+        return Releases(1), self.sigma * self.strategy_sensitivity / own
 
     @property
     def sensitivity(self) -> float:
@@ -154,17 +205,28 @@ def resolve_sigma(privacy_cfg: Any, shape: RunShape) -> tuple[float, Releases]:
     if p.sampling not in SAMPLINGS:
         raise ScenarioError([SAMPLINGS.unknown(p.sampling)])
     releases = SAMPLINGS.load(p.sampling).releases(shape)
+    if REGISTRY.get("noise", p.noise).traits.correlated:
+        releases = Releases(1)  # C X is one Gaussian release; the participations are inside sens(C) (§12)
     if p.noise_multiplier is not None:
         return float(p.noise_multiplier), releases
     return accounting.sigma_for(releases, p.epsilon, p.delta, p.accountant), releases
 
 
+def schema_of(privacy_cfg: Any) -> tuple[int | None, int]:
+    """``(k, b)``: the participation schema of the section's sampling assumption (its trait
+    ``schema`` of its own config; ``(None, 1)`` without one, docs/privacy.md §6)."""
+    component = REGISTRY.get("sampling", privacy_cfg.sampling)
+    schema = component.traits.schema
+    return (None, 1) if schema is None else schema(component.own_config(privacy_cfg))
+
+
 def run_shape(privacy_cfg: Any, protocol: str, clients: int, buffer: int, steps: int) -> RunShape:
     """What the sampling assumption knows of a run (:class:`~asyncfl.privacy.sampling.RunShape`):
-    ``M = privacy.noise_cohort`` (``C`` when not given) and ``k = privacy.max_participations``."""
+    ``M = privacy.noise_cohort`` (``C`` when not given) and the schema (k, b) (:func:`schema_of`)."""
     cohort = int(buffer) if privacy_cfg.noise_cohort is None else int(privacy_cfg.noise_cohort)
+    k, b = schema_of(privacy_cfg)
     return RunShape(protocol=protocol, clients=int(clients), buffer=int(buffer), noise_cohort=cohort,
-                    steps=int(steps), max_participations=privacy_cfg.max_participations)
+                    steps=int(steps), max_participations=k, min_separation=b)
 
 
 def sampling_report(sampling: str, shape: RunShape) -> dict[str, Any]:
@@ -185,6 +247,8 @@ def build_privacy(
     max_staleness: int | None,
     exponent: float,
     protocol: str = "fedbuff",
+    noise_beta: float | None = None,
+    dim: int | None = None,
 ) -> tuple[PrivacySetup, PrivateAggregator]:
     """Resolve a ``[privacy]`` section (:class:`~asyncfl.config.scenario.PrivacyConfig`) into a
     :class:`PrivacySetup` and its :class:`PrivateAggregator`.
@@ -193,7 +257,12 @@ def build_privacy(
     releases of the sampling assumption (:func:`resolve_sigma`): Poisson at
     ``q = noise_cohort / clients`` over ``steps``, or ``max_participations`` un-subsampled
     releases. γ follows from ``xi`` (``γ = σS_Δ/√(ξ² − σ²)``, ξ must exceed σ) or ξ from
-    ``gamma`` (``ξ = σS/γ``). Every problem raises :class:`ScenarioError` naming the field."""
+    ``gamma`` (``ξ = σS/γ``). Every problem raises :class:`ScenarioError` naming the field.
+
+    The noise mechanism ``privacy.noise`` builds its strategy ``C`` for ``steps`` under the schema
+    (k, b) (a momentum workload with ``noise_beta``); a correlated one is optimised here, its
+    ``sens(C)`` computed exactly, and σ calibrated for one Gaussian release (docs/privacy.md §12).
+    ``dim`` (the upload's length d) sizes the noise buffers now (else at the first step)."""
     p = privacy_cfg
     problems: list[str] = []
     if (p.epsilon is None) == (p.noise_multiplier is None):
@@ -207,11 +276,26 @@ def build_privacy(
     cohort = buffer if p.noise_cohort is None else int(p.noise_cohort)
     if cohort < buffer:
         problems.append(f"privacy.noise_cohort = {cohort}: must be at least server.buffer = {buffer}")
-    if p.sampling == "participation-cap" and p.max_participations is None:
-        problems.append("privacy.max_participations: required with privacy.sampling = 'participation-cap'")
+    if p.sampling not in SAMPLINGS:
+        problems.append(SAMPLINGS.unknown(p.sampling))
+    elif SAMPLINGS.get(p.sampling).traits.schema is not None and schema_of(p)[0] is None:
+        problems.append(f"privacy.max_participations: required with privacy.sampling = {p.sampling!r}")
     if problems:
         raise ScenarioError(problems)
     shape = run_shape(p, protocol, clients, buffer, steps)
+    noise = REGISTRY.get("noise", p.noise)
+    strategy: Strategy | None = None
+    sens = 1.0
+    if noise.traits.correlated:
+        if shape.max_participations is None:
+            raise ScenarioError([f"privacy.noise = {p.noise!r}: correlated noise needs a participation schema "
+                                 f"(privacy.sampling = {p.sampling!r} has none)"])
+        ctx = NoiseContext(steps=int(steps), k=shape.max_participations, b=shape.min_separation, beta=noise_beta)
+        try:
+            strategy = noise.builder()(noise.own_config(p), ctx)
+            sens = factorization.strategy_sensitivity(strategy, min(shape.max_participations, int(steps)), shape.min_separation)
+        except ValueError as exc:
+            raise ScenarioError([f"privacy.noise = {p.noise!r}: {exc}"]) from None
     sigma, releases = resolve_sigma(p, shape)
     if p.xi is not None:
         if not p.xi > sigma:
@@ -226,10 +310,13 @@ def build_privacy(
         sigma=sigma, gamma=gamma, xi=xi, clip=float(p.clip), delta=float(p.delta),
         epsilon_target=None if p.epsilon is None else float(p.epsilon), accountant=p.accountant,
         counts=p.counts, sampling=p.sampling, shape=shape, releases=releases,
+        noise=p.noise, strategy=strategy, strategy_sensitivity=sens,
     )
     aggregator = PrivateAggregator(
         buffer=buffer, exponent=exponent, num_staleness=max_staleness + 1, sigma=sigma,
         clip=setup.clip, gamma=gamma, counts=p.counts, noise_cohort=cohort,
+        strategy=noise.builder()(noise.own_config(p), NoiseContext(int(steps), None, 1, None)) if strategy is None else strategy,
+        strategy_sensitivity=sens, dim=dim,
     )
     return setup, aggregator
 
@@ -242,7 +329,9 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
     ``max_participations`` k); the noise cohort (``noise_cohort`` M, ``buffer`` C,
     ``noise_multiplier_of_run`` σC/M, ``epsilon_of``: whose ε it is); and, given the participations
     per client, ``participations_max``, ``participations_mean`` (over all N clients),
-    ``clients_participated`` and ``clients_at_cap`` (None without a cap)."""
+    ``clients_participated`` and ``clients_at_cap`` (None without a cap), and each client's realised
+    ε composed without amplification (:func:`asyncfl.privacy.per_client.client_summary`:
+    ``epsilon_client_max``, its quantiles, ``mu_client_max``; docs/privacy.md §11)."""
     eps = accounting.epsilon_of(setup.releases, setup.sigma, setup.delta, setup.accountant)
     shape = setup.shape
     report = sampling_report(setup.sampling, shape)
@@ -267,6 +356,9 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
         "buffer": shape.buffer,
         "noise_multiplier_of_run": setup.noise_multiplier_of_run,
         "epsilon_of": whose,
+        "min_separation": shape.min_separation if shape.max_participations is not None else None,
+        "noise": setup.noise,
+        "strategy_sensitivity": setup.strategy_sensitivity if setup.correlated else None,
     }
     if participations is not None:
         cap = setup.cap
@@ -275,6 +367,8 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
             participations_mean=float(participations.mean()) if participations.size else 0.0,
             clients_participated=int(np.count_nonzero(participations)),
             clients_at_cap=None if cap is None else int(np.count_nonzero(participations >= cap)),
+            **per_client.client_summary(participations, setup.sigma, setup.delta, setup.accountant,
+                                        release=setup.client_release),
         )
     return out
 
@@ -283,11 +377,20 @@ def epsilon_curve(setup: PrivacySetup, points: Sequence[tuple[int, int]]) -> lis
     """``privacy.csv`` (docs/run-directory.md): for each ``(t, m_t)`` — ``t`` server steps done,
     ``m_t`` the most steps any one client has contributed to by then — the releases so far
     (``compositions``: ``t`` under Poisson, ``m_t`` under the cap) and the ε spent after them at
-    δ, by the run's accountant (0 before anything is released)."""
+    δ, by the run's accountant (0 before anything is released), and ``epsilon_client_max``: the
+    worst-off client's ε, its ``m_t`` contributions composed without amplification (equal to
+    ``epsilon`` under the cap; docs/privacy.md §11; with correlated noise both are
+    :meth:`PrivacySetup.client_release` of ``m_t``, §12)."""
     rows = []
     for steps, most in points:
         releases = setup.assumption.so_far(setup.shape, steps, most)
-        eps = 0.0 if releases is None else accounting.epsilon_of(releases, setup.sigma, setup.delta, setup.accountant)
+        worst = 0.0 if most < 1 else accounting.epsilon_of(*setup.client_release(int(most)), setup.delta, setup.accountant)
+        if setup.correlated:  # the run's ε so far is its worst-off client's (§12)
+            releases = None if most < 1 else setup.client_release(int(most))[0]
+            eps = worst
+        else:
+            eps = 0.0 if releases is None else accounting.epsilon_of(releases, setup.sigma, setup.delta, setup.accountant)
         rows.append({"step": int(steps), "participations_max": int(most),
-                     "compositions": 0 if releases is None else releases.count, "epsilon": eps, "delta": setup.delta})
+                     "compositions": 0 if releases is None else releases.count, "epsilon": eps,
+                     "epsilon_client_max": worst, "delta": setup.delta})
     return rows

@@ -10,7 +10,8 @@ the mechanism but of who takes part in which step, and that is the assumption:
   sample of the population at rate ``q = M/N`` (``M`` the noise cohort, by default the buffer
   ``C``), ``T`` steps: ``Releases(T, q)``. Neither protocol Poisson-samples (§5).
 * :data:`PARTICIPATION_CAP` (``"participation-cap"``, a **guarantee**): the engine lets no client
-  contribute to more than ``k = max_participations`` steps and at most once per step, and ε is
+  contribute to more than ``k = max_participations`` steps, at most once per step and to no two
+  steps fewer than ``b = min_separation`` apart, and ε is
   that of ``k`` Gaussian releases without amplification: ``Releases(k)``, whatever the dispatch
   order, the latencies or the availability (§6).
 
@@ -36,6 +37,7 @@ class RunShape(NamedTuple):
     noise_cohort: int  # M ≥ C: the uploads the simulated deployment's step sums
     steps: int  # T
     max_participations: int | None  # k (participation-cap only)
+    min_separation: int = 1  # b: server steps between two contributions of a client (participation-cap only)
 
 
 class SamplingAssumption(ABC):
@@ -119,8 +121,9 @@ class ParticipationCap(SamplingAssumption):
         return Releases(most_participations) if most_participations >= 1 else None
 
     def statement(self, shape: RunShape) -> str:
-        k = self.cap(shape)
-        return (f"a guarantee: no client contributed to more than k = {k} server steps, nor twice to one step "
+        k, b = self.cap(shape), shape.min_separation
+        apart = f", nor to two steps fewer than b = {b} apart" if b > 1 else ", nor twice to one step"
+        return (f"a guarantee: no client contributed to more than k = {k} server steps{apart} "
                 f"(enforced by the engine), so user-level (ε, δ)-DP follows from the {k}-fold composition of the "
                 "Gaussian mechanism without amplification, for any dispatch order, latencies and availability "
                 "(docs/privacy.md §6)")

@@ -42,6 +42,8 @@ import torch
 from asyncfl import rng as rngmod
 from asyncfl.clients.fleet import FleetState
 from asyncfl.clients.participation import ParticipationState
+from asyncfl.components.core import KINDS
+from asyncfl.privacy.aggregator import schema_of
 from asyncfl.components.registry import REGISTRY
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.files import read_limited
@@ -76,8 +78,7 @@ def state_types() -> dict[str, type]:
         return _STATE_CACHE[1]
     out = dict(STATE_TYPES)
     owner = {name: "the engine" for name in out}
-    for kind in ("task", "latency", "availability", "protocol", "algorithm", "rule", "solver", "executor",
-                 "sampling", "accountant", "counts"):
+    for kind in KINDS:  # every kind: a new kind's components checkpoint their state too
         for component in REGISTRY.components(kind):
             for cls in component.state_types():
                 name = cls.__name__
@@ -348,6 +349,7 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
     check(busy.shape == (n,) and busy.dtype == np.bool_, f"state.fleet.busy: {_describe(busy)}, but population.clients = {n}")
     check(set(s.streams) == set(rngmod.STREAMS), f"state.streams: {sorted(s.streams)}, expected {sorted(rngmod.STREAMS)}")
     problems.extend(_participation_problems(s, scenario, steps))
+    problems.extend(_noise_problems(s, fresh))
     expected_rows = {"updates.csv": s.counters.rows, "metrics.csv": 1 + steps // run.eval_every}
     for name, want in expected_rows.items():
         got = ck.csv_rows.get(name)
@@ -355,11 +357,29 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
     return problems[:10]
 
 
+def _noise_problems(s: SimState, fresh: SimState) -> list[str]:
+    """The noise buffers (docs/privacy.md §12) have the shape and dtype of those of a fresh
+    simulation of the scenario (none without privacy), and are finite."""
+    want = fresh.noise
+    if s.noise is None or want is None:
+        if (s.noise is None) != (want is None):
+            return [f"state.noise: {'missing' if s.noise is None else 'present'}, but the scenario's private aggregation "
+                    f"{'keeps' if want is not None else 'keeps no'} noise buffers"]
+        return []
+    got = np.asarray(s.noise.buffers)
+    if got.shape != want.buffers.shape or got.dtype != np.float64 or not np.all(np.isfinite(got)):
+        return [f"state.noise.buffers: {_describe(got)}, expected finite float64 of shape {want.buffers.shape} "
+                "(privacy.noise's strategy)"]
+    return []
+
+
 def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list[str]:
     """The participation ledger of a private run (docs/privacy.md §6), or of a run whose
     algorithm takes one upload per client (docs/async-optimisers.md §5), against the scenario and
     the rest of the state: one entry per client, no client over its cap, participations adding
-    up to the accepted uploads, and exactly the clients of the undecided dispatches pending."""
+    up to the accepted uploads, exactly the clients of the undecided dispatches pending, each
+    client's last step consistent with its participations, and every undecided dispatch made at
+    least ``privacy.min_separation`` steps after its client's last contribution."""
     p, n = scenario.privacy, scenario.population.clients
     led = s.participation
     if not one_upload_per_client(scenario):
@@ -369,11 +389,12 @@ def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list
         return ["state.participation: missing; this run keeps participations per client (privacy, or an algorithm "
                 f"that takes one upload per client: server.algorithm = {scenario.server.algorithm!r})"]
     problems: list[str] = []
-    spent, pending, first = led.spent, led.pending, led.first_step
-    if spent.shape != (n,) or spent.dtype != np.int64 or pending.shape != (n,) or pending.dtype != np.bool_:
-        return [f"state.participation: spent {_describe(spent)}, pending {_describe(pending)}; expected int64 and bool "
-                f"of shape ({n},) (population.clients = {n})"]
-    cap = p.max_participations  # set only with a participation cap (checked with the scenario)
+    spent, pending, first, last = led.spent, led.pending, led.first_step, led.last_step
+    if (spent.shape != (n,) or spent.dtype != np.int64 or pending.shape != (n,) or pending.dtype != np.bool_
+            or last.shape != (n,) or last.dtype != np.int64):
+        return [f"state.participation: spent {_describe(spent)}, pending {_describe(pending)}, last_step {_describe(last)}; "
+                f"expected int64, bool and int64 of shape ({n},) (population.clients = {n})"]
+    cap, sep = schema_of(p)  # the sampling assumption's (k, b)
     if spent.size and int(spent.min()) < 0:
         problems.append("state.participation.spent: negative participations")
     if cap is not None and spent.size and int(spent.max()) > cap:
@@ -386,8 +407,23 @@ def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list
     ordered = first.ndim == 1 and bool(np.all(np.diff(first) >= 0)) and bool(np.all((first >= 1) & (first <= steps)))
     if first.shape != (most,) or not ordered:
         problems.append(f"state.participation.first_step: {_describe(first)}, expected {most} non-decreasing steps in 1..{steps}")
-    by_seq = {c.seq: c.client for c in s.clients}
+    bad_last = np.flatnonzero(np.where(spent > 0, (last < 1) | (last > steps), last != 0))
+    if bad_last.size:
+        i = int(bad_last[0])
+        problems.append(f"state.participation.last_step: client {i} has last step {int(last[i])} with {int(spent[i])} "
+                        f"participations (0 without any, else a step in 1..{steps})")
+    elif most and first.shape == (most,) and int(last.max()) < int(first[-1]):
+        problems.append(f"state.participation.last_step: at most {int(last.max())}, but some client reached {most} "
+                        f"participations at step {int(first[-1])}")
     undecided = set(s.in_flight) | scenario.component("protocol").builder().undecided_seqs(s.protocol)
+    for c in s.clients:
+        if c.seq in undecided:
+            if 0 <= c.client < n and spent[c.client] > 0 and c.version - int(last[c.client]) < sep:
+                problems.append(f"state.participation.last_step: client {c.client} was dispatched at version {c.version}, "
+                                f"{c.version - int(last[c.client])} steps after its contribution to step {int(last[c.client])}; "
+                                f"privacy.min_separation = {sep}")
+                break
+    by_seq = {c.seq: c.client for c in s.clients}
     want = sorted({by_seq[seq] for seq in undecided if seq in by_seq})
     if len(want) != len(undecided) or np.flatnonzero(pending).tolist() != want:
         problems.append(f"state.participation.pending: clients {np.flatnonzero(pending).tolist()[:10]}, but the undecided "

@@ -6,6 +6,8 @@
 * ``counts.npz`` — ``by_staleness[t-1, τ]`` (T×L integers), and with privacy
   ``private_by_staleness`` (the raw noisy estimates ĉ_τ), and ``coefficients`` (MA weights);
 * ``privacy.csv`` — private runs: ε spent after every evaluation step (``PRIVACY_FIELDS``);
+* ``privacy_clients.csv`` — private runs: each client's participations and realised ε
+  (``PRIVACY_CLIENT_FIELDS``, docs/privacy.md §11);
 * ``summary.json`` — status, final metrics, wall time, counters;
 * ``model.pt`` — the final model's ``state_dict``;
 * ``checkpoint.pt`` — the last checkpoint (``[run] checkpoint_every``, SIGINT, divergence;
@@ -56,6 +58,7 @@ LOCK_NAME = ".asyncfl.lock"
 RUN_FILES = (
     "scenario.toml", "updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", "bias.json",
     "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png", "privacy.csv", "components.json",
+    "privacy_clients.csv",
 )
 _TEMPORARY = re.compile(r"\.(" + "|".join(re.escape(n) for n in RUN_FILES) + r")\.[A-Za-z0-9_]+")
 
@@ -92,7 +95,9 @@ def write_error(path: Path, exc: OSError) -> WriteError:
 
 
 #: privacy.csv (docs/run-directory.md §6): one row per evaluation step of a private run
-PRIVACY_FIELDS = ("step", "participations_max", "compositions", "epsilon", "delta")
+PRIVACY_FIELDS = ("step", "participations_max", "compositions", "epsilon", "epsilon_client_max", "delta")
+#: privacy_clients.csv (docs/privacy.md §11): one row per client of a private run
+PRIVACY_CLIENT_FIELDS = ("client", "participations", "epsilon", "mu")
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -426,6 +431,17 @@ class RunWriter:
                     out.writerow([_fmt(row[f]) for f in PRIVACY_FIELDS])
 
         atomic_write(self.path / "privacy.csv", write)
+
+    def write_privacy_clients(self, rows: list[dict[str, Any]]) -> None:
+        """``privacy_clients.csv``, rewritten whole (atomically): derived from the run's ledger."""
+        def write(p: Path) -> None:
+            with open(p, "w", newline="", encoding="utf-8") as fh:
+                out = csv.writer(fh, lineterminator="\n")
+                out.writerow(PRIVACY_CLIENT_FIELDS)
+                for row in rows:
+                    out.writerow([_fmt(row[f]) for f in PRIVACY_CLIENT_FIELDS])
+
+        atomic_write(self.path / "privacy_clients.csv", write)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.path / "summary.json", {"format_version": FORMAT_VERSION, **summary})

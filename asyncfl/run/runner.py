@@ -26,6 +26,7 @@ from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
+from asyncfl.privacy import per_client
 from asyncfl.run import bias_report, checkpoint, provenance, rundir, tensorboard
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
@@ -58,6 +59,9 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
     writer.write_counts(_arrays(sim))
     if sim.privacy_setup is not None:
         writer.write_privacy(sim.privacy_curve())
+        setup, spent = sim.privacy_setup, sim.participation.spent  # type: ignore[union-attr]
+        writer.write_privacy_clients(per_client.client_rows(spent, setup.sigma, setup.delta, setup.accountant,
+                                                            release=setup.client_release))
     writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
     bias_report.finish_hook(sim, writer.path)
     summary = {**sim.summary(), "status": status, **(extra or {})}
@@ -160,7 +164,7 @@ def run_to_dir_blocking(scenario: Scenario, out: str | Path, **kwargs: Any) -> d
 
 # ---------------------------------------------------------------------------------------------
 # resume
-OUTPUTS = ("updates.csv", "metrics.csv", "counts.npz", "privacy.csv", "summary.json", "model.pt", CHECKPOINT_NAME)
+OUTPUTS = ("updates.csv", "metrics.csv", "counts.npz", "privacy.csv", "privacy_clients.csv", "summary.json", "model.pt", CHECKPOINT_NAME)
 
 
 @dataclass

@@ -48,6 +48,7 @@ from asyncfl import rng as rngmod
 from asyncfl.clients.build import build_fleet
 from asyncfl.clients.fleet import Fleet
 from asyncfl.clients.participation import Participation
+from asyncfl.config import checks
 from asyncfl.compute.compose import make_executor
 from asyncfl.compute.executors import Executor
 from asyncfl.compute.training import LocalJob
@@ -114,13 +115,14 @@ def num_staleness(scenario: Scenario) -> int | None:
     return None if ms is None else ms + 1
 
 
-def make_private_aggregator(scenario: Scenario) -> tuple[privacy.PrivacySetup, Aggregator]:
-    """``(PrivacySetup, PrivateAggregator)`` of a ``[privacy]`` run (σ calibrated here)."""
+def make_private_aggregator(scenario: Scenario, dim: int | None = None) -> tuple[privacy.PrivacySetup, Aggregator]:
+    """``(PrivacySetup, PrivateAggregator)`` of a ``[privacy]`` run (σ calibrated and a correlated
+    noise strategy optimised here; ``dim``: the upload's length, sizing the noise buffers)."""
     server = scenario.server
     return privacy.build_privacy(
         scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,
         server.max_staleness if scenario.component("protocol").traits.stale else 0, server.staleness_exponent,
-        protocol=server.protocol,
+        protocol=server.protocol, noise_beta=checks.noise_beta(scenario), dim=dim,
     )
 
 
@@ -154,8 +156,9 @@ class Simulation:
         self.sink: Sink = sink if sink is not None else MemorySink()
         self._executor = executor
         self.privacy_setup, aggregator = (
-            make_private_aggregator(scenario) if scenario.privacy.enabled else (None, None)
+            make_private_aggregator(scenario, self.task.dim) if scenario.privacy.enabled else (None, None)
         )
+        self._private_aggregator = aggregator if isinstance(aggregator, privacy.PrivateAggregator) else None
         self.algorithm = algorithm if algorithm is not None else default_algorithm(scenario, self.task, aggregator)
         self.streams = rngmod.make_streams(scenario.seed)
         self._server_streams = ServerStreams(noise=self.streams["noise"], algorithm=self.streams["algorithm"])
@@ -164,7 +167,9 @@ class Simulation:
         # stale protocols running an algorithm with client memory: one upload per client
         # (AlgorithmTraits.one_upload_per_client, docs/async-optimisers.md §5)
         self.participation = (
-            Participation(scenario.population.clients, self.privacy_setup.cap) if self.privacy_setup is not None
+            Participation(scenario.population.clients, self.privacy_setup.cap,
+                          self.privacy_setup.shape.min_separation, lambda: self.version)
+            if self.privacy_setup is not None
             else Participation(scenario.population.clients, None) if one_upload_per_client(scenario) else None
         )
         self.fleet.participation = self.participation
@@ -320,6 +325,7 @@ class Simulation:
             eval_staleness=tuple(self._eval_staleness), last_metrics=dict(self.last_metrics),
             rejected_since_step=self._rejected_since_step, streams=rngmod.streams_state(self.streams),
             participation=None if self.participation is None else self.participation.state(),
+            noise=None if self._private_aggregator is None else self._private_aggregator.noise_state(),
         )
 
     def restore(self, state: SimState) -> None:
@@ -338,6 +344,8 @@ class Simulation:
         self.fleet.restore(state.fleet)
         if self.participation is not None and state.participation is not None:
             self.participation.restore(state.participation)
+        if self._private_aggregator is not None and state.noise is not None:
+            self._private_aggregator.restore_noise(state.noise)
         self.counters = dataclasses.replace(state.counters)
         self.records = state.records.snapshot()
         self._seq = state.next_seq
@@ -522,19 +530,24 @@ class Simulation:
         return self._initial_loss
 
     def _cap_exhausted(self) -> str:
-        """Why a capped run cannot take its next step (docs/privacy.md §6)."""
+        """Why a capped run cannot take its next step (docs/privacy.md §6): every client has
+        reached the cap, waits for the open step, or contributed fewer than b steps ago."""
         assert self.participation is not None
         ledger, sc = self.participation, self.scenario
-        k, n, C, T = ledger.cap, sc.population.clients, sc.server.buffer, self.total_steps
-        at_cap = int(np.count_nonzero(ledger.spent >= (k or 0)))
-        waiting = int(np.count_nonzero(ledger.pending & (ledger.spent < (k or 0))))
+        k, b, n, C, T = ledger.cap, ledger.separation, sc.population.clients, sc.server.buffer, self.total_steps
+        at_cap = ledger.spent >= (k if k is not None else np.iinfo(np.int64).max)
+        waiting = ledger.pending & ~at_cap
+        resting = ~at_cap & ~ledger.pending & (ledger.spent > 0) & (self.version - ledger.last_step < b)
+        rest = (f", {int(np.count_nonzero(resting))} contributed to one of the last privacy.min_separation = {b} - 1 "
+                "steps" if b > 1 else "")
         return (
             f"privacy.max_participations = {k}: the participation cap ran out at server step {self.version} of "
-            f"run.steps = {T} (virtual time {self.env.now:g}): of population.clients = {n}, {at_cap} have contributed "
-            f"to {k} steps and the other {waiting} have an upload waiting for this step, which needs server.buffer = {C} "
-            f"distinct clients; no client can be dispatched. k·N ≥ T·C ({(k or 0) * n} ≥ {T * C}) is necessary but "
-            "not sufficient (a step needs C different clients with participations left, and dropped uploads are "
-            "dispatched again); raise privacy.max_participations or population.clients, or lower run.steps"
+            f"run.steps = {T} (virtual time {self.env.now:g}): of population.clients = {n}, {int(np.count_nonzero(at_cap))} "
+            f"have contributed to {k} steps{rest} and the other {int(np.count_nonzero(waiting))} have an upload waiting for "
+            f"this step, which needs server.buffer = {C} distinct clients; no client can be dispatched. k·N ≥ T·C "
+            f"({(k or 0) * n} ≥ {T * C}) is necessary but not sufficient (a step needs C different clients with "
+            "participations left, and dropped uploads are dispatched again); raise privacy.max_participations or "
+            "population.clients, or lower run.steps" + (" or privacy.min_separation" if b > 1 else "")
         )
 
     def _guard_rejections(self) -> None:

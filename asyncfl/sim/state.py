@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from asyncfl.clients.fleet import FleetState
     from asyncfl.clients.participation import ParticipationState
+    from asyncfl.privacy.factorization import NoiseState
     from asyncfl.clients.replay import ReplayState
     from asyncfl.compute.training import LocalJob
 
@@ -124,3 +125,4 @@ class SimState(NamedTuple):
     rejected_since_step: int
     streams: dict[str, Any]  # numpy bit-generator states by stream name
     participation: ParticipationState | None  # private runs: participations per client, undecided uploads
+    noise: NoiseState | None = None  # private runs: the correlated noise's buffers (docs/privacy.md §12)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asyncfl.components.registry import REGISTRY
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.memory import check_memory
 from asyncfl.errors import ScenarioError
@@ -175,8 +176,10 @@ class Study:
             "privacy.enabled": True, "privacy.delta": p.delta, "privacy.accountant": p.accountant,
             "privacy.counts": p.counts, "privacy.xi": p.xi, "privacy.gamma": p.gamma,
             "privacy.epsilon": p.epsilon, "privacy.noise_multiplier": None, "privacy.sampling": p.sampling,
-            "privacy.max_participations": p.max_participations, "privacy.noise_cohort": p.noise_cohort,
+            "privacy.noise_cohort": p.noise_cohort,
         }
+        if p.max_participations is not None:  # a key of the participation cap (refused under Poisson)
+            out["privacy.max_participations"] = p.max_participations
         if p.clip is not None:
             out["privacy.clip"] = p.clip
         if p.xi_over_sigma is not None or point.steps != self.spec.steps:
@@ -196,9 +199,11 @@ class Study:
         key = (point.task, point.privacy, protocol)
         if key not in self._sigma:
             p: PrivacyEntry = self.privacy[point.privacy]
-            cfg = scenario_mod.PrivacyConfig(enabled=True, epsilon=p.epsilon, delta=p.delta, accountant=p.accountant,
-                                             sampling=p.sampling, max_participations=p.max_participations,
-                                             noise_cohort=p.noise_cohort)
+            # the [privacy] section with the sampling assumption's own keys (the cap's k)
+            section = scenario_mod.composed("privacy", (REGISTRY.get("sampling", p.sampling),))
+            own = {} if p.max_participations is None else {"max_participations": p.max_participations}
+            cfg = section(enabled=True, epsilon=p.epsilon, delta=p.delta, accountant=p.accountant,
+                          sampling=p.sampling, noise_cohort=p.noise_cohort, **own)
             shape = run_shape(cfg, protocol, clients, self.spec.buffer, self.spec.steps)
             self._sigma[key] = float(resolve_sigma(cfg, shape)[0])
         return self._sigma[key]

@@ -111,7 +111,8 @@ def extends(old: dict[str, Any], new: dict[str, Any], out: Path) -> bool:
 # ---------------------------------------------------------------------------------------------
 # tables
 def result_row(outcome: RunOutcome, values: dict[str, Any], seed: int, sweep_dir: Path) -> dict[str, Any]:
-    """One ``results.csv`` row from a run's outcome and its files."""
+    """One ``results.csv`` row from a run's outcome and its files: the point's values, status,
+    final metrics, biases, the run's ``epsilon`` and its busiest client's ``epsilon_client_max``."""
     s = outcome.summary
     final = s.get("final", {}) if isinstance(s.get("final"), dict) else {}
     bias = _bias(outcome.out)
@@ -123,7 +124,10 @@ def result_row(outcome: RunOutcome, values: dict[str, Any], seed: int, sweep_dir
         "virtual_time": s.get("virtual_time"), "wall_time": s.get("wall_time"), "updates_per_second": s.get("updates_per_second"),
         "bias": _own_bias(outcome.out, bias),
         **{f"bias_{k}": bias.get(k, math.nan) for k in ("none", "momentum", "ma_full", "ma_light")},
-        "epsilon": privacy.get("epsilon_spent", math.nan), "run_dir": str(outcome.out.relative_to(sweep_dir)),
+        "epsilon": privacy.get("epsilon_spent", math.nan),
+        # the busiest client's realised ε, its contributions composed without amplification (docs/privacy.md §11)
+        "epsilon_client_max": privacy.get("epsilon_client_max", math.nan),
+        "run_dir": str(outcome.out.relative_to(sweep_dir)),
     }
 
 
