@@ -36,10 +36,10 @@ from asyncfl.config import scenario as scenario_mod
 from asyncfl.figures.ci import mean_ci
 from asyncfl.figures.style import figure, save, styled, title
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
-from asyncfl.studies.ma_study.design import Point, Study, load_spec
-from asyncfl.studies.ma_study.spec import NODP
-from asyncfl.studies.privacy_sweep.plan import resolve_budget
-from asyncfl.studies.privacy_sweep.run import run_sweep
+from analysis.ma_study.design import Point, Study, load_spec
+from analysis.ma_study.spec import NODP
+from analysis.privacy_sweep.plan import resolve_budget
+from analysis.privacy_sweep.run import run_sweep
 
 #: ξ / σ swept: just above σ (update noise large) to where ξ/M swamps the counts
 XI_OVER_SIGMA = (1.05, 1.2, 1.5, 2.0, 4.0, 10.0, 30.0, 100.0, 300.0)
