@@ -14,7 +14,7 @@ study at one concurrency (``--k-multiple``, default 20: where the implicit bias 
 cohort), for MA-light and for naive momentum (whose updates carry the same noise but which
 ignores the counts): each rule at the server learning rate the study tuned for it without DP.
 
-Writes into ``--out``: one ``asyncfl privacy`` sweep directory per (task, ε, rule)
+Writes into ``--out``: one privacy sweep directory (:mod:`analysis.privacy_sweep`) per (task, ε, rule)
 (``<task>/eps<ε>/<rule>/``, resumable), ``results.csv`` (every run), ``summary.csv`` (mean and 95 %
 CI over seeds per task × ε × rule × ξ/σ), ``report.md`` (the ξ that maximises MA-light's final
 accuracy per task and ε, and whether that choice carries over to the other task) and
