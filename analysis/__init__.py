@@ -1,4 +1,6 @@
-"""Scripts that produce the committed results under ``analysis/results/`` (docs/architecture.md §2;
-docs/architecture.md, "Layout"). Not installed: run them from the repository root as
-``python -m analysis.NAME``. Each imports only the ``asyncfl`` library (never its CLI); the
-momentum-approximation study and the privacy sweep live in :mod:`asyncfl.studies`."""
+"""Scripts that produce the committed results under ``analysis/results/`` (docs/architecture.md §3,
+§9). Not installed: run them from the repository root as ``python -m analysis.NAME``. Each imports
+only the ``asyncfl`` library and ``analysis`` itself; a study's command line (``__main__``) also uses
+the library's parser helpers, console and exit codes (:func:`asyncfl.cli.main.run_script`). The
+momentum-approximation study (:mod:`analysis.ma_study`) and the privacy–utility sweep
+(:mod:`analysis.privacy_sweep`) are packages on the library's experiment engine."""

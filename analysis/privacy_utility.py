@@ -14,7 +14,7 @@ study at one concurrency (``--k-multiple``, default 20: where the implicit bias 
 cohort), for MA-light and for naive momentum (whose updates carry the same noise but which
 ignores the counts): each rule at the server learning rate the study tuned for it without DP.
 
-Writes into ``--out``: one ``asyncfl privacy`` sweep directory per (task, ε, rule)
+Writes into ``--out``: one privacy sweep directory (:mod:`analysis.privacy_sweep`) per (task, ε, rule)
 (``<task>/eps<ε>/<rule>/``, resumable), ``results.csv`` (every run), ``summary.csv`` (mean and 95 %
 CI over seeds per task × ε × rule × ξ/σ), ``report.md`` (the ξ that maximises MA-light's final
 accuracy per task and ε, and whether that choice carries over to the other task) and
@@ -36,10 +36,10 @@ from asyncfl.config import scenario as scenario_mod
 from asyncfl.figures.ci import mean_ci
 from asyncfl.figures.style import figure, save, styled, title
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
-from asyncfl.studies.ma_study.design import Point, Study, load_spec
-from asyncfl.studies.ma_study.spec import NODP
-from asyncfl.studies.privacy_sweep.plan import resolve_budget
-from asyncfl.studies.privacy_sweep.run import run_sweep
+from analysis.ma_study.design import Point, Study, load_spec
+from analysis.ma_study.spec import NODP
+from analysis.privacy_sweep.plan import resolve_budget
+from analysis.privacy_sweep.run import run_sweep
 
 #: ξ / σ swept: just above σ (update noise large) to where ξ/M swamps the counts
 XI_OVER_SIGMA = (1.05, 1.2, 1.5, 2.0, 4.0, 10.0, 30.0, 100.0, 300.0)

@@ -7,10 +7,10 @@ tables (docs/run-directory.md §10).
 exact weight matrix), ``bias`` (``bias.json``) and ``privacy`` (the summary's privacy section).
 Every file is read on first use, so a :class:`Run` of a sweep costs nothing until it is looked at.
 
-``asyncfl.load_sweep(DIR)`` returns a :class:`Sweep` for the output directory of any of the
-drivers that run many scenarios: ``asyncfl sweep`` (``results.csv``, ``summary.csv``,
-``sweep.toml``, ``runs/``), ``asyncfl study`` (``results.csv``, ``tuning.csv``, ``runs/``) and
-``asyncfl privacy`` (``sweep.csv``, ``runs/``): ``results`` (one row per run), the runs lazily
+``asyncfl.load_sweep(DIR)`` returns a :class:`Sweep` for the output directory of anything that
+runs many scenarios on the experiment engine, recognised by its layout: a sweep (``results.csv``,
+``summary.csv``, ``sweep.toml``, ``runs/``), a study (``results.csv``, ``tuning.csv``, ``runs/``)
+or a privacy sweep (``sweep.csv``, ``runs/``): ``results`` (one row per run), the runs lazily
 (``sweep.run(i)``, ``sweep.runs``) through the table's ``run_dir`` column.
 
 pandas is imported when a table is first built, never by ``import asyncfl``.
@@ -18,6 +18,7 @@ pandas is imported when a table is first built, never by ``import asyncfl``.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import tomllib
@@ -171,6 +172,21 @@ class Run:
                     raise RunDirError(f"{self.path / 'metrics.csv'}: column {col!r} is not numeric ({exc})") from None
         return frame
 
+    def evaluations(self) -> list[dict[str, float]]:
+        """``metrics.csv`` without pandas: one dict per evaluation, every field parsed by
+        ``float`` (an empty field is NaN); ``[]`` while the run has written none. A file that
+        cannot be read, or a field that is not a number, is a RunDirError naming it."""
+        path = self.path / "metrics.csv"
+        if not path.is_file():
+            return []
+        try:
+            with open(path, newline="", encoding="utf-8") as fh:
+                return [{k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()} for row in csv.DictReader(fh)]
+        except OSError as exc:
+            raise RunDirError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
+        except (ValueError, TypeError) as exc:  # a UnicodeDecodeError is a ValueError
+            raise RunDirError(f"{path}: not a metrics.csv of numbers ({exc.__class__.__name__})") from None
+
     @cached_property
     def updates(self) -> "pd.DataFrame":
         """``updates.csv``, one row per upload whose fate is known, typed by :data:`UPDATE_DTYPES`."""
@@ -267,8 +283,8 @@ def load_run(path: str | Path) -> Run:
 #: (kind, results table, other files) of the layouts :func:`load_sweep` reads, in order of preference
 LAYOUTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("sweep", "results.csv", ("sweep.toml",)),   # asyncfl sweep
-    ("study", "results.csv", ("tuning.csv",)),   # asyncfl study
-    ("privacy", "sweep.csv", ()),                # asyncfl privacy
+    ("study", "results.csv", ("tuning.csv",)),   # a study: results and its tuning runs
+    ("privacy", "sweep.csv", ()),                # a privacy sweep
     ("sweep", "results.csv", ()),                # a results table alone
 )
 RUN_DIR_COLUMNS = ("run_dir", "run", "dir", "path")
@@ -299,7 +315,7 @@ class Sweep:
 
     @cached_property
     def tuning(self) -> "pd.DataFrame | None":
-        """``tuning.csv`` of ``asyncfl study``, None where absent."""
+        """``tuning.csv`` of a study, None where absent."""
         path = self.path / "tuning.csv"
         return _read_csv(path) if path.is_file() else None
 
@@ -371,5 +387,5 @@ def load_sweep(path: str | Path) -> Sweep:
     for kind, table, others in LAYOUTS:
         if (path / table).is_file() and all((path / o).is_file() for o in others):
             return Sweep(path, kind, table)
-    raise RunDirError(f"{path}: not a sweep directory (no results.csv of asyncfl sweep / asyncfl study, "
-                      "nor sweep.csv of asyncfl privacy)")
+    raise RunDirError(f"{path}: not a sweep directory (no results.csv of a sweep or study, "
+                      "nor sweep.csv of a privacy sweep)")

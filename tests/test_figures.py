@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from analysis.ma_study.__main__ import main as study_main
+from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
 from asyncfl.figures.ci import mean_ci, mean_ci_columns
 from asyncfl.figures.staleness import in_flight_bands
@@ -69,19 +71,19 @@ def test_privacy_sweep_writes_each_format(tmp_path, capsys):
     path.write_text(tomli_w.dumps(SCENARIO))
     for fmt in FORMATS:
         out = tmp_path / fmt
-        assert main(["privacy", str(path), "--xi", "5", "--rules", "momentum", "--out", str(out), "--quiet", "--format", fmt]) == 0
+        assert privacy_main([str(path), "--xi", "5", "--rules", "momentum", "--out", str(out), "--quiet", "--format", fmt]) == 0
         assert_figure(out / f"sweep.{fmt}", fmt)
     capsys.readouterr()
 
 
 @pytest.mark.slow
 def test_study_writes_each_format(tmp_path, capsys):
-    from asyncfl.studies.ma_study.design import load_spec
-    from asyncfl.studies.ma_study.figures import plot_bias, plot_curves
-    from asyncfl.studies.ma_study.results import read_metrics  # noqa: F401 (the figures read the run directories)
+    from analysis.ma_study.design import load_spec
+    from analysis.ma_study.figures import plot_bias, plot_curves
+    from analysis.ma_study.results import read_metrics  # noqa: F401 (the figures read the run directories)
 
     out = tmp_path / "study"
-    assert main(["study", str(SMALL_STUDY), "--out", str(out), "--quiet", "--format", "svg"]) == 0  # png: tests/test_study.py
+    assert study_main([str(SMALL_STUDY), "--out", str(out), "--quiet", "--format", "svg"]) == 0  # png: tests/test_study.py
     assert_figure(out / "bias.svg", "svg")
     assert_figure(out / "curves_synthetic_nodp.svg", "svg")
     assert "curves_synthetic_nodp.svg" in (out / "report.md").read_text()

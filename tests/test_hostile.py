@@ -33,6 +33,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analysis.ma_study.__main__ import main as study_main
+from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
 from asyncfl.clients import fedscale
 from asyncfl.config import memory, scenario as sc
@@ -52,9 +54,15 @@ STABLE = {"server.rule": "sgd", "server.lr": 0.5}  # the tiny scenario's momentu
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+#: the study scripts built on the library (``python -m analysis.…``), by the word that names them in these tests
+SCRIPTS = {"study": study_main, "privacy": privacy_main}
+
+
 def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    """``asyncfl ARGS`` in this process: (exit code, stdout, stderr); never a traceback."""
-    code = main([str(a) for a in args])
+    """``asyncfl ARGS``, or ``python -m analysis.ma_study`` / ``analysis.privacy_sweep`` for
+    ``study`` / ``privacy`` ARGS, in this process: (exit code, stdout, stderr); never a traceback."""
+    argv = [str(a) for a in args]
+    code = SCRIPTS[argv[0]](argv[1:]) if argv and argv[0] in SCRIPTS else main(argv)
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err, err
     return code, out, err

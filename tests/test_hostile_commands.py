@@ -28,6 +28,8 @@ import pytest
 import tomli_w
 
 import asyncfl
+from analysis.ma_study.__main__ import main as study_main
+from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
 from asyncfl.errors import RunDirError
 from asyncfl.run.runner import run_to_dir_blocking
@@ -43,8 +45,15 @@ def snapshot(folder: Path) -> dict[str, str]:
             for p in sorted(Path(folder).rglob("*")) if p.is_file() and p.name != ".asyncfl.lock"}
 
 
+#: the study scripts built on the library (``python -m analysis.…``), by the word that names them in these tests
+SCRIPTS = {"study": study_main, "privacy": privacy_main}
+
+
 def cli(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
+    """``asyncfl ARGS``, or ``python -m analysis.ma_study`` / ``analysis.privacy_sweep`` for
+    ``study`` / ``privacy`` ARGS, in this process: (exit code, stdout, stderr); never a traceback."""
+    argv = [str(a) for a in args]
+    code = SCRIPTS[argv[0]](argv[1:]) if argv and argv[0] in SCRIPTS else main(argv)
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err, out + err
     return code, out, err
@@ -92,7 +101,7 @@ def test_1_privacy_overwrite_removes_only_its_own_runs_and_refuses_a_foreign_fol
     other.mkdir()
     (other / "todo.txt").write_text("mine")
     code, _, err = cli(capsys, "privacy", private_file, "--xi", "4", "--out", other, "--quiet")
-    assert code == 2 and "not a folder asyncfl privacy made" in err and snapshot(other) == {"todo.txt": hashlib.sha256(b"mine").hexdigest()}
+    assert code == 2 and "not a folder python -m analysis.privacy_sweep made" in err and snapshot(other) == {"todo.txt": hashlib.sha256(b"mine").hexdigest()}
 
 
 def test_1_study_into_a_sweep_folder_and_run_into_a_sweep_folder_are_refused(scenario_file, tmp_path, capsys):
@@ -152,7 +161,7 @@ def test_2_an_edited_study_spec_is_refused_not_kept(tmp_path, capsys):
     raw["lr_grid"] = {"fedbuff-sgd": [0.25]}
     spec.write_text(tomli_w.dumps(raw))
     code, _, err = cli(capsys, "study", spec, "--out", out, "--quiet", "--workers", "1")
-    assert code == 2 and "holds the results of another asyncfl study" in err
+    assert code == 2 and "holds the results of another python -m analysis.ma_study" in err
     assert snapshot(out) == before
     # duplicate seeds or K multiples are refused by --check (fake statistics from one run)
     raw["seeds"] = [0, 0]
@@ -441,7 +450,7 @@ def test_10_grid_switches_a_variant_as_set_does(scenario_file, tmp_path, capsys)
 
 
 def test_10_tables_are_not_cut_to_80_columns_in_a_pipe(private_file, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "asyncfl", "privacy", str(private_file), "--xi", "4", "--rules", "momentum",
+    proc = subprocess.run([sys.executable, "-m", "analysis.privacy_sweep", str(private_file), "--xi", "4", "--rules", "momentum",
                            "--out", str(tmp_path / "p"), "--workers", "1"], capture_output=True, text=True, cwd=REPO, timeout=300,
                           env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
     assert proc.returncode == 0, proc.stderr
@@ -449,8 +458,8 @@ def test_10_tables_are_not_cut_to_80_columns_in_a_pipe(private_file, tmp_path):
 
 
 def test_10_findings_report_no_best_xi_when_nothing_learned():
-    from asyncfl.studies.privacy_sweep.spec import Budget, SweepRow
-    from asyncfl.studies.privacy_sweep.tables import findings
+    from analysis.privacy_sweep.spec import Budget, SweepRow
+    from analysis.privacy_sweep.tables import findings
 
     budget = Budget(sigma=1.0, epsilon_target=None, delta=1e-6, accountant="pld", q=0.1, steps=10, clip=1.0, C=10)
 

@@ -1,4 +1,4 @@
-"""The privacy–utility sweep (``asyncfl privacy``, asyncfl/studies/privacy_sweep/; docs/privacy.md):
+"""The privacy–utility sweep (``python -m analysis.privacy_sweep``, analysis/privacy_sweep/; docs/privacy.md):
 outputs and columns, the analytic noise levels against the formulas computed here, one σ for
 every point at fixed (ε, δ), γ ↔ ξ per row, and input validation (exit 2 naming the option)."""
 
@@ -11,7 +11,7 @@ import math
 import pytest
 import tomli_w
 
-from asyncfl.cli.main import main
+from analysis.privacy_sweep.__main__ import main as privacy
 from asyncfl.privacy import calibrate_sigma
 
 EPS, DELTA, CLIP, C, N, T = 4.0, 1e-5, 1.0, 20, 60, 4
@@ -50,7 +50,7 @@ def sigma() -> float:
 def test_tiny_sweep_writes_csv_md_png_with_the_formulas(scenario_file, tmp_path, sigma, capsys):
     out = tmp_path / "sweep"
     assert sigma < 3.0  # the points below are valid
-    rc = main(["privacy", str(scenario_file), "--xi", "3", "30", "--gamma", "0.5", "--rules", "ma-light",
+    rc = privacy([str(scenario_file), "--xi", "3", "30", "--gamma", "0.5", "--rules", "ma-light",
                "--out", str(out), "--quiet"])
     assert rc == 0
     for name in ("sweep.csv", "sweep.md", "sweep.png"):
@@ -94,7 +94,7 @@ def test_tiny_sweep_writes_csv_md_png_with_the_formulas(scenario_file, tmp_path,
 
 
 def test_xi_not_above_sigma_exits_2_naming_xi_and_sigma(scenario_file, tmp_path, sigma, capsys):
-    rc = main(["privacy", str(scenario_file), "--xi", "0.5", "3", "--rules", "momentum", "--out", str(tmp_path / "o"), "--quiet"])
+    rc = privacy([str(scenario_file), "--xi", "0.5", "3", "--rules", "momentum", "--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2
     assert "--xi 0.5" in err and "σ = " in err and f"{sigma:.4g}"[:4] in err
@@ -106,13 +106,13 @@ def test_no_privacy_section_and_no_points_are_clear_errors(tmp_path, capsys):
     del raw["privacy"]
     path = tmp_path / "public.toml"
     path.write_text(tomli_w.dumps(raw))
-    assert main(["privacy", str(path), "--xi", "3", "--quiet"]) == 2
+    assert privacy([str(path), "--xi", "3", "--quiet"]) == 2
     assert "[privacy]" in capsys.readouterr().err
     raw["privacy"] = SCENARIO["privacy"]
     path.write_text(tomli_w.dumps(raw))
-    assert main(["privacy", str(path), "--quiet", "--out", str(tmp_path / "o")]) == 2
+    assert privacy([str(path), "--quiet", "--out", str(tmp_path / "o")]) == 2
     assert "--xi" in capsys.readouterr().err
-    assert main(["privacy", str(path), "--gamma", "-1", "--quiet", "--out", str(tmp_path / "o")]) == 2
+    assert privacy([str(path), "--gamma", "-1", "--quiet", "--out", str(tmp_path / "o")]) == 2
     assert "--gamma -1" in capsys.readouterr().err
 
 
@@ -128,7 +128,7 @@ def test_a_capped_sweep_calibrates_for_k_releases_and_says_its_epsilon_is_a_guar
     path = tmp_path / "capped.toml"
     path.write_text(tomli_w.dumps(raw))
     out = tmp_path / "sweep"
-    assert main(["privacy", str(path), "--xi", "30", "--rules", "momentum", "--out", str(out), "--quiet"]) == 0
+    assert privacy([str(path), "--xi", "30", "--rules", "momentum", "--out", str(out), "--quiet"]) == 0
     with open(out / "sweep.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
     sigma = sigma_for(Releases(3), EPS, DELTA, "rdp")

@@ -6,11 +6,15 @@ scratch working directory that holds the repository's ``scenarios/`` and ``analy
 ``runs/...`` lands there and later commands find what earlier ones wrote (``asyncfl resume
 runs/q`` resumes the run the line before made). The few that take minutes (the privacy sweep,
 the studies) are checked as far as they go without running: arguments parsed, scenario or spec
-validated. Installation and benchmark commands (network, minutes) are listed and skipped by name.
+validated. The study scripts on the library (``python -m analysis.ma_study``, ``python -m
+analysis.privacy_sweep``) are treated like ``asyncfl`` commands: run when quick (``--check``),
+else checked as far as they go without running. Installation, benchmark and the other analysis
+commands (network, minutes) are listed and skipped by name.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 import shutil
@@ -18,19 +22,25 @@ from pathlib import Path
 
 import pytest
 
+from analysis.ma_study.__main__ import main as study_main
+from analysis.ma_study.__main__ import study_args
+from analysis.ma_study.design import load_spec
+from analysis.privacy_sweep.__main__ import privacy_args
+from analysis.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
 from asyncfl.cli.main import build_parser, main
 from asyncfl.config import scenario as sc
 from asyncfl.config.memory import check_memory
-from asyncfl.studies.ma_study.design import load_spec
-from asyncfl.studies.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
 from asyncfl.studies.sweep.grid import Grid, parse_grid, parse_seeds
 
 REPO = Path(__file__).resolve().parents[1]
+#: the study scripts on the library, run like asyncfl commands (their first words → their main and arguments)
+STUDY = "python -m analysis.ma_study "
+PRIVACY = "python -m analysis.privacy_sweep "
 #: commands that set up a machine or measure it (network, minutes): not run
 NOT_RUN = ("python3 -m venv", "pip install", ".venv/bin/pip", ".venv/bin/python -m pytest", "python -m benchmarks.",
-           "python -m analysis.")  # analysis scripts: exercised by their own tests (tests/test_study.py)
-#: asyncfl commands that take minutes (the sweeps, the studies without --check): checked without running
-LONG = ("asyncfl privacy ", "asyncfl sweep ")
+           "python -m analysis.privacy_utility")  # the other analysis scripts: exercised by their own tests (tests/test_study.py)
+#: commands that take minutes (the sweeps, the studies without --check): checked without running
+LONG = (PRIVACY, "asyncfl sweep ")
 
 
 def readme_commands() -> list[str]:
@@ -50,12 +60,33 @@ def readme_commands() -> list[str]:
 def test_the_readme_shows_commands():
     commands = readme_commands()
     assert any(c.startswith("asyncfl run scenarios/quickstart.toml") for c in commands)
-    assert all(c.startswith(("asyncfl ", *NOT_RUN)) for c in commands), [c for c in commands if not c.startswith(("asyncfl ", *NOT_RUN))]
+    known = ("asyncfl ", STUDY, PRIVACY, *NOT_RUN)
+    assert all(c.startswith(known) for c in commands), [c for c in commands if not c.startswith(known)]
+    assert any(c.startswith(STUDY) for c in commands) and any(c.startswith(PRIVACY) for c in commands)
 
 
-def _check_long(argv: list[str]) -> None:
+def _words(command: str) -> list[str]:
+    """The arguments after the command's name (``asyncfl`` or ``python -m analysis.…``)."""
+    words = shlex.split(command)
+    return words[3:] if command.startswith("python -m ") else words[1:]
+
+
+def _script_parser(add_arguments) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser
+
+
+def _check_long(command: str, argv: list[str]) -> None:
     """What a long command does before its first run: parse, validate everything it names."""
-    args = build_parser().parse_args(argv)
+    if command.startswith(PRIVACY):
+        args = _script_parser(privacy_args).parse_args(argv)
+        args.command = "privacy"
+    elif command.startswith(STUDY):
+        args = _script_parser(study_args).parse_args(argv)
+        args.command = "study"
+    else:
+        args = build_parser().parse_args(argv)
     if args.command == "sweep":
         axes = tuple(parse_grid(g) for g in args.grid)
         Grid(Path(args.scenario), tuple(args.overrides), axes, parse_seeds(args.seeds) if args.seeds else (0,)).scenarios()
@@ -77,14 +108,15 @@ def test_every_readme_command_runs_as_written(tmp_path, monkeypatch, capsys):
     for command in readme_commands():
         if command.startswith(NOT_RUN):
             continue
-        argv = shlex.split(command)[1:]
-        if command.startswith(LONG) or (command.startswith("asyncfl study") and "--check" not in argv):
-            _check_long(argv)
+        argv = _words(command)
+        if command.startswith(LONG) or (command.startswith(STUDY) and "--check" not in argv):
+            _check_long(command, argv)
             continue
-        code = main(argv)
+        code = study_main(argv) if command.startswith(STUDY) else main(argv)
         out, err = capsys.readouterr()
         assert code == 0, f"{command}\n{err}"
         assert "Traceback" not in out + err
         ran.append(command)
     assert any(c.startswith("asyncfl resume runs/q") for c in ran) and any(c.startswith("asyncfl bias") for c in ran)
+    assert any(c.startswith(STUDY) and "--check" in c for c in ran)
     assert (tmp_path / "runs" / "k20" / "summary.json").is_file() and (tmp_path / "runs" / "q" / "bias.json").is_file()

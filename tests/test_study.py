@@ -15,11 +15,11 @@ import tomli_w
 from scipy import stats
 
 from analysis.privacy_utility import main as privacy_utility
-from asyncfl.cli.main import main
-from asyncfl.studies.ma_study.design import Point, study_from_raw
-from asyncfl.studies.ma_study.plan import widened
-from asyncfl.studies.ma_study.spec import ALL_METHODS, METHOD_LABELS, StudyError
-from asyncfl.studies.ma_study.tables import paired_speedup, reach_summary, speedup
+from analysis.ma_study.__main__ import main as study
+from analysis.ma_study.design import Point, study_from_raw
+from analysis.ma_study.plan import widened
+from analysis.ma_study.spec import ALL_METHODS, METHOD_LABELS, StudyError
+from analysis.ma_study.tables import reach_summary, speedup
 
 SMALL = Path(__file__).resolve().parents[1] / "analysis" / "study_small.toml"
 PAPER_CI = Path(__file__).resolve().parents[1] / "analysis" / "study_paper_ci.toml"
@@ -28,7 +28,7 @@ PAPER_CI = Path(__file__).resolve().parents[1] / "analysis" / "study_paper_ci.to
 @pytest.fixture(scope="module")
 def small_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study_small")
-    assert main(["study", str(SMALL), "--out", str(out), "--quiet"]) == 0
+    assert study([str(SMALL), "--out", str(out), "--quiet"]) == 0
     return out
 
 
@@ -77,7 +77,7 @@ def test_rerun_resumes_without_running_again(small_study, monkeypatch):
 
     monkeypatch.setattr(asyncfl.run.runner, "run_to_dir_blocking", boom)
     before = (small_study / "results.csv").read_text()
-    assert main(["study", str(SMALL), "--out", str(small_study), "--quiet"]) == 0
+    assert study([str(SMALL), "--out", str(small_study), "--quiet"]) == 0
     assert (small_study / "results.csv").read_text() == before
 
 
@@ -106,7 +106,7 @@ def _spec_with(tmp_path: Path, edit) -> Path:
 ])
 def test_bad_spec_exits_2_naming_the_field(tmp_path, capsys, edit, field, phrase):
     spec = _spec_with(tmp_path, edit)
-    assert main(["study", str(spec), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert study([str(spec), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert field in err and phrase in err, err
     assert "Traceback" not in err
@@ -197,23 +197,6 @@ def test_a_grid_is_widened_beyond_the_edge_that_won_by_its_outer_ratio():
     assert widened(pts[::-1], [0.7, 0.6, 0.5]).lr == pytest.approx(3.33333, rel=1e-5)  # order of the grid does not matter
 
 
-def test_paired_speedup_is_the_geometric_mean_of_per_seed_ratios_with_a_t_interval():
-    """Seeds 0–2 with momentum/MA steps 60/30, 80/20, 50/50: ratios 2, 4, 1; geometric mean
-    2 = exp(mean(ln 2, ln 4, 0)); 95 % interval exp(m ± t₀.₉₇₅,₂ · s/√3) with s the sample std of
-    the logs (t = 4.3027, by scipy here against the table value). Seed 3 reached only with MA:
-    counted as a lower bound, not in the interval."""
-    nan = float("nan")
-    base = [{"seed": s, "steps_to_target": v} for s, v in enumerate([60.0, 80.0, 50.0, nan])]
-    ma = [{"seed": s, "steps_to_target": v} for s, v in enumerate([30.0, 20.0, 50.0, 40.0])]
-    ps = paired_speedup(base, ma)
-    logs = np.log([2.0, 4.0, 1.0])
-    half = stats.t.ppf(0.975, 2) * logs.std(ddof=1) / np.sqrt(3)
-    assert stats.t.ppf(0.975, 2) == pytest.approx(4.3027, abs=1e-4)
-    assert (ps.n, ps.lower_bounds, ps.base_only, ps.neither) == (3, 1, 0, 0)
-    assert ps.geo == pytest.approx(2.0, rel=1e-12)
-    assert (ps.low, ps.high) == pytest.approx((2.0 * np.exp(-half), 2.0 * np.exp(half)), rel=1e-12)
-
-
 @pytest.mark.slow
 def test_the_ci_sized_paper_study_runs_end_to_end(tmp_path):
     """analysis/study_paper_ci.toml — the paper-scale spec's structure at CI size — runs on two
@@ -222,7 +205,7 @@ def test_the_ci_sized_paper_study_runs_end_to_end(tmp_path):
     speed-ups, the sync-vs-pooled table and the speed-up-vs-bias figure. A capped run keeps
     every client within its k participations."""
     out = tmp_path / "ci"
-    assert main(["study", str(PAPER_CI), "--out", str(out), "--quiet", "--workers", "2"]) == 0
+    assert study([str(PAPER_CI), "--out", str(out), "--quiet", "--workers", "2"]) == 0
     rows = list(csv.DictReader(open(out / "results.csv", newline="")))
     spec = tomllib.loads(PAPER_CI.read_text())
     assert {(r["task"], r["privacy"]) for r in rows} == {

@@ -19,7 +19,6 @@ from asyncfl.figures.style import FORMATS
 #: the metrics ``asyncfl compare --metric`` can overlay (columns of metrics.csv)
 METRICS = ("accuracy", "loss", "gap", "train_loss", "staleness_mean", "staleness_max")
 from asyncfl.registry import Registry
-from asyncfl.studies.privacy_sweep.spec import RULES
 
 #: subcommand name → (implementation, one-line help); the order is that of ``asyncfl --help``
 COMMANDS: Registry[Callable[[argparse.Namespace], int]] = Registry("command", "COMMAND", {
@@ -30,14 +29,12 @@ COMMANDS: Registry[Callable[[argparse.Namespace], int]] = Registry("command", "C
     "scenarios": ("asyncfl.cli.scenario_library:cmd_scenarios", "list the scenario library, one line each"),
     "plot": ("asyncfl.cli.plot:cmd_plot", "learning curves of one or more runs against steps and virtual time"),
     "compare": ("asyncfl.cli.compare:cmd_compare", "compare runs (any protocols): a table of final metrics and one metric's curves"),
-    "privacy": ("asyncfl.cli.privacy:cmd_privacy", "privacy–utility sweep over ξ (or γ) at the scenario's fixed (ε, δ)"),
-    "study": ("asyncfl.cli.study:cmd_study", "momentum-approximation study: tune, run, results.csv and report.md"),
     "sweep": ("asyncfl.cli.sweep:cmd_sweep", "a grid of scenario keys × seeds, run in parallel: results.csv, summary.csv with 95%% CIs"),
 })
 
 
 # ---------------------------------------------------------------------------------------------
-def _changes(p: argparse.ArgumentParser) -> None:
+def changes_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a scenario key (repeatable); VALUE is read as TOML, else as a string. Switching "
                         "latency.dist or task.name drops the file's keys of the old variant (a note names them)")
@@ -47,10 +44,10 @@ def _changes(p: argparse.ArgumentParser) -> None:
 
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario TOML file (see scenarios/)")
-    _changes(p)
+    changes_args(p)
 
 
-def _quiet(p: argparse.ArgumentParser, help: str = "no progress bar and no summary table") -> None:
+def quiet_arg(p: argparse.ArgumentParser, help: str = "no progress bar and no summary table") -> None:
     p.add_argument("--quiet", action="store_true", help=help)
 
 
@@ -59,21 +56,21 @@ def run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="run directory (default: runs/NAME-TIMESTAMP)")
     p.add_argument("--overwrite", action="store_true", help="--out may hold an earlier run: its files (and only those) are removed first; "
                                                                    "a directory holding anything else is refused")
-    _format(p)
-    _quiet(p)
+    format_arg(p)
+    quiet_arg(p)
 
 
 def resume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="the run directory (written by 'asyncfl run')")
-    _format(p, figure_path=False)
-    _quiet(p)
+    format_arg(p, figure_path=False)
+    quiet_arg(p)
 
 
 def validate_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
 
 
-def _format(p: argparse.ArgumentParser, figure_path: bool = True) -> None:
+def format_arg(p: argparse.ArgumentParser, figure_path: bool = True) -> None:
     p.add_argument("--format", choices=FORMATS,
                    help="file format of the figures (default: png" + (", or the suffix of a figure path given with --out)"
                                                                        if figure_path else ")"))
@@ -81,7 +78,7 @@ def _format(p: argparse.ArgumentParser, figure_path: bool = True) -> None:
 
 def bias_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory written by `asyncfl run` (bias.json and the heat maps are written into it)")
-    _format(p, figure_path=False)
+    format_arg(p, figure_path=False)
 
 
 def scenarios_args(p: argparse.ArgumentParser) -> None:
@@ -93,7 +90,7 @@ def plot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="figure path, outside every run directory (default: plot.FORMAT in the current directory)")
     p.add_argument("--label", action="append", help="legend label per run (repeatable, in order)")
     p.add_argument("--overwrite", action="store_true", help="replace the figure if it exists")
-    _format(p)
+    format_arg(p)
 
 
 def compare_args(p: argparse.ArgumentParser) -> None:
@@ -104,35 +101,21 @@ def compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", action="append", help="label per run (repeatable, in order; default: scenario names)")
     p.add_argument("--csv", help="also write the table as CSV to this path (outside every run directory)")
     p.add_argument("--overwrite", action="store_true", help="replace the figure and the CSV file if they exist")
-    _format(p)
+    format_arg(p)
 
 
-def privacy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", help="a scenario with an enabled [privacy] section (e.g. scenarios/private_synthetic.toml)")
-    _changes(p)
-    p.add_argument("--xi", type=float, nargs="+", metavar="XI", help="count-noise levels ξ to sweep (each > σ)")
-    p.add_argument("--gamma", type=float, nargs="+", metavar="GAMMA", help="payload scales γ to sweep (each > 0)")
-    p.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES), help="server rules to run at every point")
-    _seeds(p)
-    p.add_argument("--out", help="output directory (default: runs/privacy-NAME-TIMESTAMP)")
-    _overwrite(p)
-    _placement(p)
-    _format(p)
-    _quiet(p, "no progress bar and no table")
-
-
-def _seeds(p: argparse.ArgumentParser) -> None:
+def seeds_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", nargs="+", metavar="SEEDS",
                    help="seeds: a list (0 1 2), a range (0-4), commas (0,2,5) or a mix (default: the scenario's seed)")
 
 
-def _overwrite(p: argparse.ArgumentParser) -> None:
+def overwrite_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="--out may hold the results of another spec of this command: its files (and only those) are "
                         "removed first; a folder holding anything else is refused")
 
 
-def _placement(p: argparse.ArgumentParser) -> None:
+def placement_args(p: argparse.ArgumentParser) -> None:
     """Where the runs go (docs/architecture.md §9)."""
     p.add_argument("--workers", type=int, metavar="N",
                    help="runs at once in local worker processes (default: the machine's cores; 1 = in this process); "
@@ -145,29 +128,18 @@ def sweep_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="a scenario key and its values (repeatable: the cartesian product is run)")
-    _seeds(p)
+    seeds_arg(p)
     p.add_argument("--out", required=True, help="sweep directory (rerunning the same command resumes it)")
     p.add_argument("--extend", action="store_true", help="add points to the sweep in --out (its grid must be a subset)")
-    _overwrite(p)
-    _placement(p)
-    _quiet(p, "no progress display and no table")
-
-
-def study_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", help="study spec TOML (see analysis/study_small.toml)")
-    p.add_argument("--out", required=True, help="study directory (resumable: completed runs are kept)")
-    p.add_argument("--check", action="store_true", help="validate the spec and every scenario it implies, run nothing")
-    _overwrite(p)
-    _placement(p)
-    _format(p)
-    _quiet(p, "no progress bar")
+    overwrite_arg(p)
+    placement_args(p)
+    quiet_arg(p, "no progress display and no table")
 
 
 #: subcommand name → the function adding its arguments (same names as :data:`COMMANDS`)
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "run": run_args, "resume": resume_args, "validate": validate_args, "bias": bias_args,
-    "scenarios": scenarios_args, "plot": plot_args, "compare": compare_args, "privacy": privacy_args, "study": study_args,
-    "sweep": sweep_args,
+    "scenarios": scenarios_args, "plot": plot_args, "compare": compare_args, "sweep": sweep_args,
 }
 
 

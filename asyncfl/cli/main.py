@@ -9,6 +9,8 @@ Ctrl-C aborts at once, leaving the previous checkpoint).
 
 This module builds the parser from :mod:`asyncfl.cli.commands` and imports only torch-free
 modules; the command that runs is loaded from :data:`asyncfl.cli.commands.COMMANDS`.
+:func:`run_script` gives a script built on the library (``python -m analysis.…``) the same
+parser behaviour and exit codes.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from asyncfl import __version__
 from asyncfl.cli.commands import COMMANDS, add_commands
 from asyncfl.cli.console import fault, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_NUMERICAL, EXIT_OK, EXIT_USAGE
+from typing import Callable
+
 from asyncfl.errors import AsyncFLError, NumericalFault, UsageError
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_NUMERICAL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_NUMERICAL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main", "run_script"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,10 +47,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-        args.command_line = " ".join(["asyncfl", *(shlex.quote(str(a)) for a in (sys.argv[1:] if argv is None else argv))])
+    def command(args: argparse.Namespace) -> int:
         return int(COMMANDS.load(args.command)(args) or EXIT_OK)
+
+    return _guarded(build_parser, command, "asyncfl", argv)
+
+
+def run_script(prog: str, description: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+               command: Callable[[argparse.Namespace], int], argv: list[str] | None = None) -> int:
+    """Run ``command`` on the arguments ``add_arguments`` declares, as ``asyncfl`` runs its own
+    commands: a usage error exits 2 with one line, a numerical fault 3, Ctrl-C 130, no
+    traceback; ``args.command_line`` holds ``prog`` and the arguments as typed (what the folders
+    the command makes record)."""
+    def parser() -> argparse.ArgumentParser:
+        p = _Parser(prog=prog, description=description)
+        add_arguments(p)
+        return p
+
+    return _guarded(parser, lambda args: int(command(args) or EXIT_OK), prog, argv)
+
+
+def _guarded(parser: Callable[[], argparse.ArgumentParser], command: Callable[[argparse.Namespace], int], prog: str,
+             argv: list[str] | None) -> int:
+    """Parse ``argv`` and run ``command``, mapping errors to exit codes (module docstring)."""
+    try:
+        args = parser().parse_args(argv)
+        args.command_line = " ".join([prog, *(shlex.quote(str(a)) for a in (sys.argv[1:] if argv is None else argv))])
+        return command(args)
     except NumericalFault as exc:
         fault("numerical fault:", str(exc))
         return EXIT_NUMERICAL

@@ -1,7 +1,7 @@
 """Who owns an output folder: one rule for every command that writes one (docs/run-directory.md §13).
 
 * A command writes only inside a folder of its own kind: ``asyncfl sweep`` into a sweep folder,
-  ``asyncfl study`` into a study folder, ``asyncfl privacy`` into a privacy-sweep folder,
+  a script built on the library into the kind it registers (:func:`register`),
   ``asyncfl run`` into a run directory (:mod:`asyncfl.run.rundir`), ``asyncfl bias`` into the run
   directory it reads. A folder that a command made records what produced it in
   ``.asyncfl-owner.json`` (:data:`MARKER`): the kind, the command line, the SHA-256 of the
@@ -53,19 +53,27 @@ class Kind:
     folders: dict[str, tuple[str, ...]]
     legacy: str
     hint: str = ""  # another way out, said when a different spec is refused
+    article: str = ""  # how messages name such a folder ("an asyncfl sweep folder")
 
     def owns_file(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.files)
 
 
+#: the kinds of folder :func:`claim` knows: ``asyncfl sweep``'s, and those scripts registered
 KINDS: dict[str, Kind] = {
     "sweep": Kind("sweep", "asyncfl sweep", ("sweep.toml", "results.csv", "summary.csv"), {}, "sweep.toml",
-                  ", pass --extend to add points to it"),
-    "study": Kind("study", "asyncfl study", ("results.csv", "tuning.csv", "pooled.csv", "report.md", "curves_*.*",
-                                             "bias.*", "speedup_vs_bias.*"), {"scenarios": ("study_*.toml",)}, "tuning.csv"),
-    "privacy": Kind("privacy", "asyncfl privacy", ("privacy_sweep.toml", "sweep.csv", "sweep.md", "sweep.png", "sweep.pdf",
-                                                   "sweep.svg"), {}, "privacy_sweep.toml"),
+                  ", pass --extend to add points to it", "an asyncfl sweep folder"),
 }
+
+
+def register(kind: Kind) -> Kind:
+    """Add a kind of output folder (a script built on the library: its command, files and
+    record file); registering the same kind again is a no-op, another kind under a taken name an
+    error."""
+    if kind.name in ("run", "damaged") or KINDS.get(kind.name, kind) != kind:
+        raise ValueError(f"output folder kind {kind.name!r} is already taken")
+    KINDS[kind.name] = kind
+    return kind
 
 
 def digest(spec: Any) -> str:
@@ -115,8 +123,10 @@ def kind_of(path: Path) -> str | None:
 
 
 def _article(kind: str) -> str:
-    return {"run": "a run directory", "sweep": "an asyncfl sweep folder", "study": "an asyncfl study folder",
-            "privacy": "an asyncfl privacy sweep folder", "damaged": "a folder with a damaged ownership record"}.get(kind, kind)
+    known = KINDS.get(kind)
+    if known is not None and known.article:
+        return known.article
+    return {"run": "a run directory", "damaged": "a folder with a damaged ownership record"}.get(kind, f"an asyncfl {kind} folder")
 
 
 def owner_above(path: Path) -> tuple[Path, str] | None:

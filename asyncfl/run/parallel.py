@@ -1,5 +1,5 @@
-"""Many runs at once: the runner behind ``asyncfl sweep``, ``asyncfl study`` and ``asyncfl
-privacy`` (docs/architecture.md §9).
+"""Many runs at once: the runner behind ``asyncfl sweep`` and every study script built on the
+experiment engine (docs/architecture.md §9).
 
 A :class:`RunJob` is a scenario and the run directory it goes to. :func:`run_jobs` runs a list
 of them on a :class:`Backend` and reports each :class:`RunOutcome` as it finishes:

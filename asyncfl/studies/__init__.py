@@ -1,9 +1,13 @@
-"""Studies built on the simulator (docs/architecture.md, "Studies and sweeps"): each is a package
-of small modules with one job each, importing only the library below it (never ``analysis/`` and
-never the CLI).
+"""The experiment engine (docs/architecture.md §9): what every study of many runs is built on.
 
-* :mod:`asyncfl.studies.ma_study` — the momentum-approximation study (``asyncfl study``;
-  docs/server-rules.md);
-* :mod:`asyncfl.studies.privacy_sweep` — the privacy–utility sweep (``asyncfl privacy``;
-  docs/privacy.md).
+* :mod:`asyncfl.studies.sweep` — a grid of scenario keys × seeds, its point names and scenarios,
+  run through the placement layer (:mod:`asyncfl.run.parallel`: in process, a process pool or
+  Ray) in a folder claimed and resumed by the folder rule (:mod:`asyncfl.run.outdir`), tabulated
+  with Student-t 95 % intervals (:func:`asyncfl.figures.ci.mean_ci`); ``asyncfl sweep``;
+* :mod:`asyncfl.studies.stats` — paired comparisons over seeds (the speed-up of one method over
+  another with its interval).
+
+Studies of their own (the momentum-approximation study, the privacy–utility sweep) are scripts
+under ``analysis/`` on top of this engine; nothing here knows them. Run files are read back
+through :class:`asyncfl.results.Run`.
 """

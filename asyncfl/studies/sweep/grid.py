@@ -82,7 +82,7 @@ def _split(text: str) -> list[str]:
 
 def parse_seeds(text: str | list[str] | tuple[str, ...], option: str = "--seeds") -> tuple[int, ...]:
     """``0-4`` (inclusive), ``0,2,5``, ``3``, or a mix (``0-2,7``); a list of such items (``--seeds
-    0 1 2`` in ``asyncfl sweep`` and ``asyncfl privacy`` alike) is read as if joined by commas.
+    0 1 2`` in ``asyncfl sweep`` and the scripts built on it alike) is read as if joined by commas.
     A seed given twice is refused."""
     if not isinstance(text, str):
         text = ",".join(str(t) for t in text)

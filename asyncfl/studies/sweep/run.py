@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 import tomli_w
 
-from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import AsyncFLError, RunDirError, UsageError
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import outdir
 from asyncfl.run.bias_report import own_bias
 from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, run_jobs
-from asyncfl.run.rundir import atomic_write, read_json
+from asyncfl.results import Run
+from asyncfl.run.rundir import atomic_write
 from asyncfl.figures.ci import mean_ci
 from asyncfl.studies.sweep.grid import Grid
 
@@ -134,10 +134,8 @@ def result_row(outcome: RunOutcome, values: dict[str, Any], seed: int, sweep_dir
 def _bias(out: Path) -> dict[str, float]:
     """The overall biases of ``bias.json`` (``none``, ``momentum``, ``ma_full``, ``ma_light``)."""
     try:
-        raw = read_json(out / "bias.json")
+        raw = Run(out).bias or {}
     except (OSError, RunDirError):
-        return {}
-    if not isinstance(raw, dict):
         return {}
     return {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
@@ -146,7 +144,7 @@ def _own_bias(out: Path, bias: dict[str, float]) -> float:
     """The bias of the run's own rule (:func:`asyncfl.run.bias_report.own_bias`), NaN when its
     scenario cannot be read."""
     try:
-        scenario = scenario_mod.load(out / "scenario.toml", run_dir=True)
+        scenario = Run(out).scenario
     except (AsyncFLError, OSError):
         return math.nan
     return own_bias(scenario, bias)

@@ -1,14 +1,17 @@
-"""Reading a study run's directory (docs/run-directory.md): its status, its evaluations, when
-it first reached a target accuracy, and the implicit momentum bias of its own rule."""
+"""Reading a study run's directory through :class:`asyncfl.results.Run` (docs/run-directory.md
+§10): its status, its evaluations, when it first reached a target accuracy, and the implicit
+momentum bias of its own rule. A file that is missing or damaged reads as "no value" (None, [],
+NaN), so one broken run leaves a blank cell, not a failed study."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from asyncfl.errors import RunDirError
-from asyncfl.run.rundir import read_csv, read_json
-from asyncfl.studies.ma_study.spec import BIAS_KEY
+from asyncfl.results import Run
+from analysis.ma_study.spec import BIAS_KEY
 
 #: a run with one of these ``summary.json`` statuses is not run again (divergence is deterministic)
 DONE_STATUSES = ("completed", "diverged")
@@ -16,23 +19,14 @@ DONE_STATUSES = ("completed", "diverged")
 
 def read_status(run_dir: Path) -> str | None:
     try:
-        summary = read_json(run_dir / "summary.json")
+        return Run(run_dir).summary.get("status")
     except (OSError, RunDirError):
         return None
-    return summary.get("status") if isinstance(summary, dict) else None
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return []
-    rows = []
-    try:
-        for row in read_csv(path):
-            rows.append({k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()})
-    except (RunDirError, ValueError, TypeError) as exc:
-        raise RunDirError(f"{path}: not a metrics.csv of numbers ({exc.__class__.__name__})") from None
-    return rows
+    """The run's evaluations (:meth:`asyncfl.results.Run.evaluations`; ``[]`` before the first)."""
+    return Run(run_dir).evaluations()
 
 
 def first_reach(metrics: list[dict[str, float]], target: float) -> tuple[float, float]:
@@ -43,15 +37,23 @@ def first_reach(metrics: list[dict[str, float]], target: float) -> tuple[float, 
     return math.nan, math.nan
 
 
+def _bias_entry(run_dir: Path, *path: str) -> float:
+    """``bias.json[path…]`` as a float; NaN when the run has none or it is damaged."""
+    try:
+        value: Any = Run(run_dir).bias
+        for key in path:
+            value = value[key]
+        return float(value)
+    except (OSError, RunDirError, ValueError, KeyError, TypeError):
+        return math.nan
+
+
 def run_bias(run_dir: Path, method: str) -> float:
     """The bias of the method's own rule from the run's ``bias.json`` (key :data:`BIAS_KEY`)."""
     key = BIAS_KEY[method]
     if key is None:
         return 0.0  # sync: W = I and A = M
-    try:
-        return float(read_json(run_dir / "bias.json")[key])
-    except (OSError, RunDirError, ValueError, KeyError, TypeError):
-        return math.nan
+    return _bias_entry(run_dir, key)
 
 
 def run_amplification(run_dir: Path, method: str) -> float:
@@ -60,16 +62,12 @@ def run_amplification(run_dir: Path, method: str) -> float:
     key = BIAS_KEY[method]
     if key is None:
         return 1.0
-    try:
-        return float(read_json(run_dir / "bias.json")["amplification"][key])
-    except (OSError, RunDirError, ValueError, KeyError, TypeError):
-        return math.nan
+    return _bias_entry(run_dir, "amplification", key)
 
 
 def run_epsilon(run_dir: Path) -> float:
     """The ε a private run spent (``summary.json``); NaN without DP."""
     try:
-        summary = read_json(run_dir / "summary.json")
-        return float(summary["privacy"]["epsilon_spent"])
+        return float(Run(run_dir).summary["privacy"]["epsilon_spent"])
     except (OSError, RunDirError, ValueError, KeyError, TypeError):
         return math.nan

@@ -15,19 +15,28 @@ import tomli_w
 from asyncfl.run import outdir
 from asyncfl.run.parallel import Backend, InProcess, Progress, RunJob, RunOutcome, run_jobs
 from asyncfl.errors import RunDirError
-from asyncfl.run.rundir import atomic_write, read_csv, read_json
-from asyncfl.studies.privacy_sweep.outputs import write_outputs
-from asyncfl.studies.privacy_sweep.plan import (count_noise_std, point_scenario, resolve_budget, run_name, sweep_points,
+from asyncfl.results import Run
+from asyncfl.run.rundir import atomic_write
+from analysis.privacy_sweep.outputs import write_outputs
+from analysis.privacy_sweep.plan import (count_noise_std, point_scenario, resolve_budget, run_name, sweep_points,
                                                 update_noise_std)
-from asyncfl.studies.privacy_sweep.spec import BIAS_KEY, RULES, Budget, SweepError, SweepPoint, SweepRow
+from analysis.privacy_sweep.spec import BIAS_KEY, RULES, Budget, SweepError, SweepPoint, SweepRow
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _summary(run: Run) -> dict[str, Any]:
+    """The run's ``summary.json``; ``{}`` when it is missing or damaged (the row says so by its status)."""
     try:
-        data = read_json(path)
+        return run.summary
     except (OSError, RunDirError):
         return {}
-    return data if isinstance(data, dict) else {}
+
+
+def _bias(run: Run) -> dict[str, Any]:
+    """The run's ``bias.json``; ``{}`` when it has none or it is damaged."""
+    try:
+        return run.bias or {}
+    except (OSError, RunDirError):
+        return {}
 
 
 def _finite(value: Any) -> float:
@@ -45,8 +54,8 @@ def read_row(scenario: scenario_mod.Scenario, budget: Budget, point: SweepPoint,
     analytic noise levels.
     A run that diverged is kept with ``status = 'diverged'``: a sweep point where privacy noise
     broke training is a result, not an error."""
-    summary = _read_json(run_dir / "summary.json")
-    bias = _read_json(run_dir / "bias.json")
+    run = Run(run_dir)
+    summary, bias = _summary(run), _bias(run)
     rule = scenario.server.rule
     key = BIAS_KEY[rule]
     final = summary.get("final", {}) or {}
@@ -65,20 +74,25 @@ def read_row(scenario: scenario_mod.Scenario, budget: Budget, point: SweepPoint,
         bias_momentum=_finite(bias.get("momentum")),
         update_noise_std=update_noise_std(budget.sigma, budget.clip, point.xi, budget.M),
         count_noise_std=count_noise_std(point.xi, budget.M),
-        run_dir=str(run_dir), initial_accuracy=_initial_accuracy(run_dir),
+        run_dir=str(run_dir), initial_accuracy=_initial_accuracy(run),
     )
 
 
-def _initial_accuracy(run_dir: Path) -> float:
+def _initial_accuracy(run: Run) -> float:
     """The untrained model's test accuracy: ``metrics.csv``'s step-0 row (NaN without one)."""
     try:
-        rows = read_csv(run_dir / "metrics.csv")
-    except (OSError, RunDirError, UnicodeDecodeError):
+        rows = run.evaluations()
+    except (OSError, RunDirError):
         return math.nan
-    return _finite(rows[0].get("accuracy")) if rows and rows[0].get("step") == "0" else math.nan
+    return _finite(rows[0].get("accuracy")) if rows and rows[0].get("step") == 0 else math.nan
 
 
 RECORD = "privacy_sweep.toml"
+#: how the sweep is run (recorded in the folders it makes, named in its messages)
+COMMAND = "python -m analysis.privacy_sweep"
+#: the sweep's output folder (docs/run-directory.md §13): what it writes, and its record file
+KIND = outdir.register(outdir.Kind("privacy", COMMAND, (RECORD, "sweep.csv", "sweep.md", "sweep.png", "sweep.pdf", "sweep.svg"), {},
+                                   RECORD, article="an asyncfl privacy sweep folder"))
 
 
 def sweep_record(scenario: scenario_mod.Scenario, xis: Sequence[float], gammas: Sequence[float],
@@ -95,14 +109,14 @@ def _read_record(out: Path) -> dict[str, Any] | None:
         return None
 
 
-def claim_out(out: Path, record: dict[str, Any], overwrite: bool = False, command: str = "asyncfl privacy") -> outdir.OutDir:
+def claim_out(out: Path, record: dict[str, Any], overwrite: bool = False, command: str = COMMAND) -> outdir.OutDir:
     """Take ``out`` for the sweep ``record`` (:func:`asyncfl.run.outdir.claim`): rerunning the same
     sweep resumes it; another sweep there is refused, or with ``overwrite`` only its own files
     are removed; any other folder is refused. Records the command."""
     def accept(marker: dict[str, Any] | None) -> bool:  # a sweep of before the ownership record
         return _read_record(out) == record
 
-    owned = outdir.claim(out, "privacy", command, outdir.digest(record), overwrite=overwrite, accept=accept)
+    owned = outdir.claim(out, KIND.name, command, outdir.digest(record), overwrite=overwrite, accept=accept)
     try:
         atomic_write(out / RECORD, lambda p: p.write_text(tomli_w.dumps(record), encoding="utf-8"))
     except BaseException:
@@ -135,7 +149,7 @@ def run_sweep(
     budget: Budget | None = None,
     fmt: str = "png",
     overwrite: bool = False,
-    command: str = "asyncfl privacy",
+    command: str = COMMAND,
 ) -> tuple[Budget, list[SweepRow]]:
     """Run every (seed, ξ, rule) of the sweep into ``out/runs/…`` through the parallel runner
     (:mod:`asyncfl.run.parallel`; finished runs are read back, interrupted ones resumed) and
@@ -162,7 +176,7 @@ def run_sweep(
             row = read_row(sc, budget, point, out / rel, outcome.status)
             row.run_dir = str(rel)
             row.message = "" if row.status == "completed" else " ".join((outcome.message or str(
-                _read_json(out / rel / "summary.json").get("error", ""))).split())
+                _summary(Run(out / rel)).get("error", ""))).split())
             rows.append(row)
         write_outputs(rows, budget, out, scenario, fmt)
     finally:

@@ -1,21 +1,36 @@
-"""``asyncfl study SPEC.toml --out DIR``: the momentum-approximation study (issue 8;
-docs/architecture.md, "Studies and sweeps"; docs/server-rules.md).
+"""``python -m analysis.ma_study SPEC.toml --out DIR``: the momentum-approximation study (issue 8;
+docs/architecture.md §9, "Studies and sweeps"; docs/server-rules.md), run from the repository root.
 
-Thin: the study itself is :mod:`asyncfl.studies.ma_study` (spec, tuning, runs, tables, figures,
-report). This module only validates the spec, draws a progress bar over the runs and says
-where the results are.
+Thin: the study itself is the rest of :mod:`analysis.ma_study` (spec, tuning, runs, tables,
+figures, report) on the library's experiment engine. This module only declares the arguments,
+validates the spec, draws a progress bar over the runs and says where the results are. Exit
+codes are those of ``asyncfl`` (:func:`asyncfl.cli.main.run_script`): 2 bad input, 3 a run
+diverged, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from asyncfl.cli.commands import format_arg, overwrite_arg, placement_args, quiet_arg
 from asyncfl.cli.console import RunsDisplay, command_line, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK, of_runs
-from asyncfl.studies.ma_study.design import load_spec
+from asyncfl.cli.main import run_script
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
-from asyncfl.studies.ma_study.run import run_study
+from analysis.ma_study.design import load_spec
+from analysis.ma_study.run import COMMAND, run_study
+
+
+def study_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="study spec TOML (see analysis/study_small.toml)")
+    p.add_argument("--out", required=True, help="study directory (resumable: completed runs are kept)")
+    p.add_argument("--check", action="store_true", help="validate the spec and every scenario it implies, run nothing")
+    overwrite_arg(p)
+    placement_args(p)
+    format_arg(p)
+    quiet_arg(p, "no progress bar")
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -52,3 +67,11 @@ def cmd_study(args: argparse.Namespace) -> int:
     if failed:
         warn(f"{len(failed)} of {len(statuses)} runs did not complete (results.csv and tuning.csv have each status and message)")
     return of_runs(list(statuses.values()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_script(COMMAND, "Momentum-approximation study: tune, run, results.csv and report.md.", study_args, cmd_study, argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """The privacy–utility sweep of private momentum approximation (docs/privacy.md; docs/privacy.md,
-"What a run reports"); the CLI is ``asyncfl privacy`` (:mod:`asyncfl.cli.privacy`).
+"What a run reports"), a script on the library's experiment engine: run it from the repository
+root as ``python -m analysis.privacy_sweep SCENARIO --xi … --out DIR`` (:mod:`analysis.privacy_sweep.__main__`).
 
 With private aggregation the server sees one noisy sum per step,
 ``Σ_k y_k + N(0, σ² S² I)`` with ``y_k = w(τ_k)·clip(Δ_k, S_Δ) ⊕ γ·onehot_L(τ_k)`` and
@@ -24,16 +25,17 @@ Modules, each importing only those above it:
 
 =========================  ===================================================================
 ``spec``                   the sweep's vocabulary: rules, columns, :class:`Budget`, points, rows,
-                           :class:`SweepError` (torch-free: the CLI parser reads ``RULES``)
+                           :class:`SweepError` (torch-free: the command line reads ``RULES``)
 ``plan``                   σ resolved once (:func:`resolve_budget`), the points, one scenario per point
 ``tables``                 ``sweep.csv``, aggregation over seeds, findings, ``sweep.md``
 ``figures``                ``sweep.png``
 ``outputs``                all three files at once
 ``run``                    :func:`run_sweep`: one run per (seed, ξ, rule), rows read back
+``__main__``               the command line: arguments, progress display, table, exit codes
 =========================  ===================================================================
 
 Run it as::
 
-    asyncfl privacy scenarios/private_synthetic.toml --xi 1.2 2 4 10 25 60 120 200 \\
+    python -m analysis.privacy_sweep scenarios/private_synthetic.toml --xi 1.2 2 4 10 25 60 120 200 \\
         --rules ma-light ma-full momentum --out runs/privacy_synthetic --overwrite
 """

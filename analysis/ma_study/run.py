@@ -14,14 +14,21 @@ from typing import Any, Callable
 
 from asyncfl.run import outdir
 from asyncfl.run.parallel import Backend, InProcess, Progress, RunJob, RunOutcome, run_jobs
-from asyncfl.studies.ma_study.design import Point, Study
-from asyncfl.studies.ma_study.outputs import POOLED_FIELDS, RESULT_FIELDS, TUNING_FIELDS, write_csv, write_scenarios
-from asyncfl.studies.ma_study.plan import TuningKey, best_of, count_runs, plan_tuning, tuning_score, widened
-from asyncfl.studies.ma_study.pooled import pooled_reference
-from asyncfl.studies.ma_study.report import write_report
-from asyncfl.studies.ma_study.results import (first_reach, read_metrics, read_status, run_amplification, run_bias,
+from analysis.ma_study.design import Point, Study
+from analysis.ma_study.outputs import POOLED_FIELDS, RESULT_FIELDS, TUNING_FIELDS, write_csv, write_scenarios
+from analysis.ma_study.plan import TuningKey, best_of, count_runs, plan_tuning, tuning_score, widened
+from analysis.ma_study.pooled import pooled_reference
+from analysis.ma_study.report import write_report
+from analysis.ma_study.results import (first_reach, read_metrics, read_status, run_amplification, run_bias,
                                               run_epsilon)
-from asyncfl.studies.ma_study.spec import NODP
+from analysis.ma_study.spec import NODP
+
+#: how the study is run (recorded in the folders it makes, named in its messages)
+COMMAND = "python -m analysis.ma_study"
+#: the study's output folder (docs/run-directory.md §13): what it writes, and its legacy record file
+KIND = outdir.register(outdir.Kind("study", COMMAND, ("results.csv", "tuning.csv", "pooled.csv", "report.md", "curves_*.*",
+                                                      "bias.*", "speedup_vs_bias.*"), {"scenarios": ("study_*.toml",)},
+                                   "tuning.csv", article="an asyncfl study folder"))
 
 #: called after every run with its outcome and the counts so far (the CLI's progress display)
 ProgressHook = Callable[[RunOutcome, Progress], None]
@@ -49,13 +56,13 @@ def run_points(study: Study, points: list[Point], out: Path, backend: Backend, p
 
 def run_study(study: Study, out: str | Path, progress: ProgressHook | None = None,
               total_hook: Callable[[int], None] | None = None, backend: Backend | None = None,
-              fmt: str = "png", overwrite: bool = False, command: str = "asyncfl study") -> dict[str, Any]:
-    """Tune, run and report (see :mod:`asyncfl.studies.ma_study`; figures as ``fmt``) into
+              fmt: str = "png", overwrite: bool = False, command: str = COMMAND) -> dict[str, Any]:
+    """Tune, run and report (see :mod:`analysis.ma_study`; figures as ``fmt``) into
     ``out``, claimed first (:func:`asyncfl.run.outdir.claim`: a study folder of this spec's
     digest resumes, another is refused unless ``overwrite``). Returns the rows written; each
     row's ``status`` and ``message`` say how its run ended."""
     out = Path(out)
-    owned = outdir.claim(out, "study", command, study.digest(), overwrite=overwrite)
+    owned = outdir.claim(out, KIND.name, command, study.digest(), overwrite=overwrite)
     try:
         return _run_study(study, out, owned, progress, total_hook, backend, fmt)
     finally:

@@ -9,9 +9,9 @@ import numpy as np
 
 from asyncfl.figures.style import figure, save, styled
 from asyncfl.figures.style import title as set_title
-from asyncfl.studies.privacy_sweep.plan import update_noise_std
-from asyncfl.studies.privacy_sweep.spec import RULES, Budget, SweepRow
-from asyncfl.studies.privacy_sweep.tables import aggregate
+from analysis.privacy_sweep.plan import update_noise_std
+from analysis.privacy_sweep.spec import RULES, Budget, SweepRow
+from analysis.privacy_sweep.tables import aggregate
 
 COLOURS = {"ma-light": "tab:blue", "ma-full": "tab:orange", "momentum": "tab:gray"}
 

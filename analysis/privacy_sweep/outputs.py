@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Sequence
 
 from asyncfl.config import scenario as scenario_mod
-from asyncfl.studies.privacy_sweep.figures import plot
-from asyncfl.studies.privacy_sweep.spec import Budget, SweepRow
-from asyncfl.studies.privacy_sweep.tables import write_csv, write_markdown
+from analysis.privacy_sweep.figures import plot
+from analysis.privacy_sweep.spec import Budget, SweepRow
+from analysis.privacy_sweep.tables import write_csv, write_markdown
 
 
 def write_outputs(rows: Sequence[SweepRow], budget: Budget, out: str | Path, scenario: scenario_mod.Scenario | None = None,

@@ -1,7 +1,7 @@
 """A validated study (docs/architecture.md, "Studies and sweeps"; docs/server-rules.md): the points
 it runs and the scenario of each point.
 
-:class:`Study` is built from a :class:`~asyncfl.studies.ma_study.spec.StudySpec` and validates
+:class:`Study` is built from a :class:`~analysis.ma_study.spec.StudySpec` and validates
 *every* scenario the spec implies before anything runs, so a bad task, method or concurrency is
 an error naming the task, method, K and field (exit 2 from the CLI), never a failure half-way.
 """
@@ -19,7 +19,7 @@ from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.memory import check_memory
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy.aggregator import build_privacy, resolve_sigma, run_shape
-from asyncfl.studies.ma_study.spec import NODP, PrivacyEntry, StudyError, StudySpec, TaskEntry, parse_spec, read_spec_file
+from analysis.ma_study.spec import NODP, PrivacyEntry, StudyError, StudySpec, TaskEntry, parse_spec, read_spec_file
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.figures.ci import mean_ci
-from asyncfl.studies.privacy_sweep.spec import COLUMNS, RULES, Budget, SweepRow
+from analysis.privacy_sweep.spec import COLUMNS, RULES, Budget, SweepRow
 
 
 def write_csv(rows: Iterable[SweepRow], path: Path) -> Path:

@@ -23,10 +23,10 @@ import numpy as np
 
 from asyncfl.figures.ci import mean_ci, mean_ci_columns
 from asyncfl.figures.style import METRIC_LABELS, STEP_LABEL, TIME_LABEL, figure, save, styled, title
-from asyncfl.studies.ma_study.design import Study
-from asyncfl.studies.ma_study.results import read_metrics
-from asyncfl.studies.ma_study.spec import METHOD_LABELS, NODP
-from asyncfl.studies.ma_study.tables import Rows, group, paired_speedup
+from analysis.ma_study.design import Study
+from analysis.ma_study.results import read_metrics
+from analysis.ma_study.spec import METHOD_LABELS, NODP
+from analysis.ma_study.tables import Rows, group, paired_speedup
 
 COLORS = {
     "fedbuff-sgd": "tab:gray", "fedbuff-momentum": "tab:red", "fedbuff-nesterov": "tab:orange",

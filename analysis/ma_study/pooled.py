@@ -8,7 +8,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from asyncfl.studies.ma_study.design import Study
+from analysis.ma_study.design import Study
 from asyncfl.tasks import build_task
 from asyncfl.tasks.pooled import train_pooled
 

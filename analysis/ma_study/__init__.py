@@ -1,10 +1,11 @@
 """The momentum-approximation study (issue 8; docs/protocol.md §7, docs/privacy.md; seed paper 003;
-docs/architecture.md, "Studies and sweeps"; docs/server-rules.md). The CLI is ``asyncfl study``
-(:mod:`asyncfl.cli.study`); the committed results are ``analysis/results/ma_paper/``.
+docs/architecture.md, "Studies and sweeps"; docs/server-rules.md), a script on the library's
+experiment engine: run it from the repository root as ``python -m analysis.ma_study SPEC --out
+DIR`` (:mod:`analysis.ma_study.__main__`); the committed results are ``analysis/results/ma_paper/``.
 
 A *study spec* (TOML, validated like a scenario: unknown keys and bad values are errors that
 name the field) lists tasks, methods, concurrencies ``K = m·C``, seeds, DP off/on and a server
-learning-rate grid per method. :func:`asyncfl.studies.ma_study.run.run_study` then
+learning-rate grid per method. :func:`analysis.ma_study.run.run_study` then
 
 1. **tunes** the server learning rate of every (task, DP, K, method) on its grid — one seed
    (``tuning.seed``), ``tuning.steps`` server steps — and keeps the value with the highest
@@ -24,14 +25,16 @@ Modules, each importing only those above it (no cycle):
 
 ============  ===========================================================================
 ``spec``      the spec file: its schema, validation with field names, the methods
-``design``    a validated :class:`~asyncfl.studies.ma_study.design.Study`: its points and
+``design``    a validated :class:`~analysis.ma_study.design.Study`: its points and
               the scenario of each point (every scenario validated before anything runs)
 ``results``   reading a finished run directory: status, metrics, the rule's bias
 ``plan``      the tuning plan (one group per task × DP × K × method) and its score
 ``tables``    steps-to-target summaries and the speed-up of MA over naive momentum
+              (paired by seed: :func:`asyncfl.studies.stats.paired_speedup`)
 ``figures``   ``curves_<task>_<dp>.png`` and ``bias.png``
 ``report``    ``report.md``
 ``outputs``   ``results.csv``, ``tuning.csv`` and ``scenarios/study_*.toml``
-``run``       :func:`~asyncfl.studies.ma_study.run.run_study`: tune, run, write everything
+``run``       :func:`~analysis.ma_study.run.run_study`: tune, run, write everything
+``__main__``  the command line: arguments, progress display, exit codes
 ============  ===========================================================================
 """

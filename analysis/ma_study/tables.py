@@ -9,16 +9,18 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from asyncfl.figures.ci import mean_ci
-from asyncfl.studies.ma_study.design import Study
-from asyncfl.studies.ma_study.results import first_reach, read_metrics
+from asyncfl.studies.stats import PairedSpeedup, paired_speedup
+from analysis.ma_study.design import Study
+from analysis.ma_study.results import first_reach, read_metrics
 
 #: the speed-up range the paper reports for momentum approximation
 PAPER_SPEEDUP = (1.15, 4.0)
 
 Rows = list[dict[str, Any]]
+__all__ = ["PAPER_SPEEDUP", "PairedSpeedup", "Rows", "baseline_table", "fmt", "group", "mean", "paired_speedup", "reach_summary",
+           "reach_text", "retarget", "speedup", "speedup_table", "time_speedup_table"]
 
 
 def mean(values: list[float]) -> float:
@@ -38,60 +40,6 @@ def group(rows: Rows) -> dict[tuple[str, str, str, int], Rows]:
     for row in rows:
         out[(row["task"], row["privacy"], row["method"], row["K"])].append(row)
     return out
-
-
-class PairedSpeedup(NamedTuple):
-    """Speed-up of one rule over another, paired by seed (same data split and initial model):
-    per seed ``r_s = steps_base / steps_rule``; ``geo`` = the geometric mean ``exp(mean log r_s)``
-    with its 95 % Student-t interval ``[low, high]`` (computed on ``log r_s``) over the ``n``
-    seeds where both reached the target; ``lower_bounds`` = seeds where only the rule did (their
-    ratio is at least ``steps / steps_rule``), ``neither`` / ``base_only`` the others."""
-
-    geo: float
-    low: float
-    high: float
-    n: int
-    lower_bounds: int
-    base_only: int
-    neither: int
-
-    def text(self, rule: str = "MA", base: str = "momentum") -> str:
-        """``2.00× [1.31, 3.05]``, with the seeds left out named (``rule`` / ``base``: the two sides)."""
-        if self.n == 0:
-            extra = f"{self.lower_bounds} seed(s) only {rule} reached" if self.lower_bounds else "no seed where both reached"
-            return f"— ({extra})"
-        ci = f" [{self.low:.2f}, {self.high:.2f}]" if self.n > 1 else " (n = 1)"
-        notes = []
-        if self.lower_bounds:
-            notes.append(f"+{self.lower_bounds} only {rule} reached")
-        if self.base_only:
-            notes.append(f"{self.base_only} only {base} reached")
-        return f"{self.geo:.2f}×{ci}" + (f" ({'; '.join(notes)})" if notes else "")
-
-
-def paired_speedup(base: Rows, rule: Rows, key: str = "steps_to_target") -> PairedSpeedup:
-    """:class:`PairedSpeedup` of ``rule`` over ``base`` on ``key`` (steps or virtual time to target)."""
-    by_seed = {r["seed"]: r for r in base}
-    logs, lower, base_only, neither = [], 0, 0, 0
-    for r in rule:
-        b = by_seed.get(r["seed"])
-        if b is None:
-            continue
-        rb, rr = b[key], r[key]
-        both = math.isfinite(rb) and math.isfinite(rr) and rr > 0 and rb > 0
-        if both:
-            logs.append(math.log(rb / rr))
-        elif math.isfinite(rr):
-            lower += 1
-        elif math.isfinite(rb):
-            base_only += 1
-        else:
-            neither += 1
-    ci = mean_ci(logs)
-    if ci.n == 0:
-        return PairedSpeedup(math.nan, math.nan, math.nan, 0, lower, base_only, neither)
-    half = ci.half if math.isfinite(ci.half) else math.nan
-    return PairedSpeedup(math.exp(ci.mean), math.exp(ci.mean - half), math.exp(ci.mean + half), ci.n, lower, base_only, neither)
 
 
 def reach_summary(runs: Rows, steps: int) -> dict[str, Any]:
@@ -154,7 +102,7 @@ def reach_text(s: dict[str, Any]) -> str:
 def speedup_table(study: Study, rows: Rows) -> tuple[list[str], dict[str, list[float]]]:
     """The markdown speed-up table (one line per task × privacy × K): mean steps to target of
     momentum and of each MA rule, and each MA rule's speed-up paired by seed with its 95 % CI
-    (:func:`paired_speedup`); and the exact speed-ups (every seed of both reached) per
+    (:func:`asyncfl.studies.stats.paired_speedup`); and the exact speed-ups (every seed of both reached) per
     ``method/privacy``."""
     spec = study.spec
     groups = group(rows)
@@ -183,7 +131,7 @@ def speedup_table(study: Study, rows: Rows) -> tuple[list[str], dict[str, list[f
 
 def time_speedup_table(study: Study, rows: Rows) -> list[str]:
     """The paired speed-up in *virtual time* to the target of each MA rule over naive momentum
-    (one line per task × privacy × K; :func:`paired_speedup` on ``time_to_target``)."""
+    (one line per task × privacy × K; :func:`asyncfl.studies.stats.paired_speedup` on ``time_to_target``)."""
     spec = study.spec
     groups = group(rows)
     lines = ["| task | privacy | K | MA-full speed-up in virtual time [95 % CI] | MA-light speed-up in virtual time [95 % CI] |",

@@ -10,7 +10,7 @@ from typing import Sequence
 from asyncfl.config import scenario as scenario_mod
 from asyncfl import privacy
 from asyncfl.privacy import mechanism
-from asyncfl.studies.privacy_sweep.spec import Budget, SweepError, SweepPoint
+from analysis.privacy_sweep.spec import Budget, SweepError, SweepPoint
 
 
 # ----------------------------------------------------------------------------------------------

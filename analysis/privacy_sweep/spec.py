@@ -1,7 +1,7 @@
 """The privacy–utility sweep's vocabulary (docs/privacy.md, "What a run reports"): the rules
 it compares, the columns of ``sweep.csv``, the fixed budget, one point, one row, and its error.
 
-Torch-free: the CLI parser reads :data:`RULES` for ``asyncfl privacy --rules``.
+Torch-free: the command line reads :data:`RULES` for ``--rules``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ COLUMNS: tuple[str, ...] = (
 
 
 class SweepError(AsyncFLError):
-    """Bad sweep input (exit code 2 from the CLI); the message names the option or field."""
+    """Bad sweep input (exit code 2 from the command line); the message names the option or field."""
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from asyncfl.studies.ma_study.design import Point, Study
-from asyncfl.studies.ma_study.spec import NODP
+from analysis.ma_study.design import Point, Study
+from analysis.ma_study.spec import NODP
 
 #: (task, privacy label, K, method): one tuned server learning rate each
 TuningKey = tuple[str, str, int, str]
