@@ -9,7 +9,6 @@ installed-package path (entry points, the CLI, sweeps, resume) is ``tests/test_p
 
 from __future__ import annotations
 
-import asyncio
 import math
 import pickle
 from typing import Any, NamedTuple
@@ -22,7 +21,7 @@ from typing_extensions import Annotated
 
 import asyncfl
 from asyncfl.components.core import KINDS, Component, Origin
-from asyncfl.components.registry import REGISTRY, UnknownComponent, origin_of_module, register, unregister
+from asyncfl.components.registry import REGISTRY, origin_of_module, register, unregister
 from asyncfl.components.traits import AlgorithmTraits, MemoryPart, RuleTraits
 from asyncfl.config import memory
 from asyncfl.config import scenario as sc

@@ -18,13 +18,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import os
 import re
-import reprlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Mapping
+from typing import Annotated, Any, Callable, Mapping
 
 import tomli_w
 import pydantic
@@ -32,7 +30,7 @@ from pydantic import Field, ValidationError
 
 from asyncfl.config.base import MAX_INT, NonNegFloat, NonNegInt, PosFloat, PosInt, Probability, Section
 from asyncfl.config.files import (
-    MAX_SCENARIO_BYTES, PACKAGE_DATA, PACKAGE_PREFIX, _fmt, absolute_file, package_name_problem, read_text_limited,
+    MAX_SCENARIO_BYTES, PACKAGE_PREFIX, _fmt, absolute_file, package_name_problem, read_text_limited,
     resolve_path,
 )
 from asyncfl.config.latency import (

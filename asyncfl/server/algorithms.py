@@ -28,7 +28,6 @@ from asyncfl.server.aggregation import Aggregator, ClientUpdate
 from asyncfl.server.rules import ServerRule, apply
 
 if TYPE_CHECKING:
-    from asyncfl.config.scenario import Scenario
     from asyncfl.tasks.base import Task
 
 

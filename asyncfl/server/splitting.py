@@ -43,13 +43,11 @@ import numpy as np
 import torch
 
 from asyncfl.compute.training import LocalJob
-from asyncfl.server.aggregation import Aggregator, ClientUpdate
+from asyncfl.server.aggregation import ClientUpdate
 from asyncfl.server.algorithms import Algorithm, AlgorithmContext, ServerStreams, StepInfo
 from asyncfl.server.prox import Regularizer, gradient_mapping
-from asyncfl.server.rules import ServerRule
 
 if TYPE_CHECKING:
-    from asyncfl.config.scenario import Scenario
     from asyncfl.tasks.base import Task
 
 Memory = dict[str, torch.Tensor]
