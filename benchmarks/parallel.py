@@ -54,7 +54,6 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local Ray i
 
 import torch  # noqa: E402
 
-from asyncfl.compute import executors  # noqa: E402
 from asyncfl.compute.compose import train_batched  # noqa: E402
 from asyncfl.compute.solvers import SGDSolver  # noqa: E402
 from asyncfl.compute.training import LocalJob  # noqa: E402
