@@ -102,7 +102,11 @@ def schema_scenarios(draw: Any) -> tuple[sc.Scenario, int, int]:
     buffer = draw(st.integers(1, 3))
     n = draw(st.integers(b * buffer + 1, b * buffer + 12))  # N ≥ b·C: the check refuses less
     steps = draw(st.integers(2, 10))
-    steps = max(2, min(steps, min(k, -(-steps // b)) * n // buffer))
+    feasible = lambda t, clients: min(k, -(-t // b)) * clients >= t * buffer  # noqa: E731  k′·N ≥ T·C
+    while steps > 2 and not feasible(steps, n):
+        steps -= 1
+    if not feasible(steps, n):  # even two steps need more clients: the fewest that can supply them
+        n = -(-steps * buffer // min(k, -(-steps // b)))
     if protocol == "fedbuff":
         server = {"protocol": "fedbuff", "concurrency": draw(st.integers(buffer, n)), "buffer": buffer, "max_staleness": 4}
     else:
