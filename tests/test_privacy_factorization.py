@@ -177,3 +177,37 @@ def test_blt_optimum_matches_jax_privacys_at_t_2000():
     a = prefix_workload(2000)
     assert workload_error(optimize_blt(a, 3), a, 1, 1)["rmse"] == pytest.approx(3.27366339302, rel=1e-8)
     assert workload_error(optimize_blt(a, 2, k=4, b=500), a, 4, 500)["rmse"] == pytest.approx(7.11339005294, rel=1e-8)
+
+
+def test_a_strategy_the_optimiser_could_not_fit_is_refused_not_used():
+    """Two bands at k = 30, b = 10 on the momentum workload (T = 300): the optimiser's line search
+    steps to |c₁| > 1, where C⁻¹ grows as c₁ᵗ and the loss overflows, and the column comes back
+    NaN. The privacy builder refuses it, naming the setting, instead of adding NaN noise."""
+    from asyncfl.components.registry import REGISTRY
+    from asyncfl.config.scenario import composed
+    from asyncfl.errors import ScenarioError
+    from asyncfl.privacy import factorization
+    from asyncfl.privacy.aggregator import build_privacy
+
+    assert not np.isfinite(factorization.optimize_banded(factorization.momentum_workload(300, 0.9), 2, 30, 10).column).all()
+    cls = composed("privacy", tuple(REGISTRY.get(kind, name) for kind, name in (
+        ("sampling", "participation-cap"), ("accountant", "pld"), ("counts", "project"), ("noise", "banded"))))
+    cfg = cls(enabled=True, epsilon=2.0, gamma=0.2, sampling="participation-cap", max_participations=30,
+              min_separation=10, noise="banded", noise_bands=2, noise_workload="momentum")
+    with pytest.raises(ScenarioError, match="optimising the strategy for T = 300, k = 30, b = 10 gave a non-finite result"):
+        build_privacy(cfg, 100, 10**4, 300, 10, 0.5, noise_beta=0.9)
+
+
+def test_a_correlated_run_states_one_release_of_the_factorised_mechanism_not_k_fold_composition():
+    from asyncfl.components.registry import REGISTRY
+    from asyncfl.config.scenario import composed
+    from asyncfl.privacy.aggregator import build_privacy, summary
+
+    cls = composed("privacy", tuple(REGISTRY.get(kind, name) for kind, name in (
+        ("sampling", "participation-cap"), ("accountant", "pld"), ("counts", "project"), ("noise", "banded"))))
+    cfg = cls(enabled=True, epsilon=2.0, gamma=0.2, sampling="participation-cap", max_participations=3,
+              min_separation=4, noise="banded", noise_bands=4, noise_workload="prefix")
+    setup, _ = build_privacy(cfg, 5, 100, 12, 4, 0.0)
+    statement = summary(setup)["statement"]
+    assert "one Gaussian release of the factorised mechanism" in statement
+    assert f"sensitivity {setup.strategy_sensitivity:.4g}" in statement and "(k, b) = (3, 4)" in statement
