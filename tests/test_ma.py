@@ -582,3 +582,16 @@ def test_bias_report_nesterov_light_is_heavy_ball_fit_plus_look_ahead():
     used = bias_report(counts, p, C, beta, "nesterov", ridge=1e-3, used_light=uvs)
     assert used["ma_light"] == pytest.approx(report["ma_light"], rel=1e-12)
     assert report["ma_light"] < report["momentum"]
+
+
+def test_ma_full_history_slots_not_yet_written_are_zero_not_leftover_memory():
+    """The history grows by doubling; the slots a step has not written yet are part of the
+    checkpointed state, so they hold zeros (a NaN left in uninitialised memory once failed the
+    equality of a restored state)."""
+    rule = ma.MAFull(0.9, "momentum", 1e-3, None)
+    state = rule.init(torch.zeros(4, dtype=torch.float64))
+    for t in range(1, 6):  # capacity 8 after the first step: slots 5, 6, 7 unwritten
+        state = rule.direction(Aggregate(t, torch.full((4,), float(t), dtype=torch.float64), np.eye(t)[-1]), state).state
+    assert state.history.shape[0] == 8
+    assert torch.equal(state.history[:5, 0], torch.arange(1.0, 6.0, dtype=torch.float64))
+    assert torch.count_nonzero(state.history[5:]) == 0

@@ -492,7 +492,10 @@ class MAFull(_MARule):
             new_cap = min(max(8, 2 * cap, t), limit) if self.window else max(8, 2 * cap)
             while new_cap < min(t, limit):
                 new_cap *= 2
-            grown = history.new_empty((new_cap, history.shape[1]))
+            # zeros, not empty: the slots not yet written are part of the checkpointed state, which
+            # must not hold whatever memory happened to be there (a NaN there fails the equality of
+            # a restored state, and the checkpoint's bytes would differ from run to run)
+            grown = history.new_zeros((new_cap, history.shape[1]))
             grown[:cap] = history
             history, cap = grown, new_cap
         history[(t - 1) % cap] = r.reshape(-1)
