@@ -8,11 +8,17 @@ import os
 # Ray binds a local instance to the machine's external address unless this is set (read when
 # ray is imported): tests only ever talk to loopback addresses.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+import io
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from asyncfl.config import scenario as sc
+from asyncfl.errors import RunInterrupted
+from asyncfl.run import checkpoint
+from asyncfl.run.runner import resume_dir_blocking, run_to_dir_blocking
 
 BASE: dict[str, Any] = {
     "name": "tiny",
@@ -48,3 +54,27 @@ def make_scenario(overrides: dict[str, Any] | None = None) -> sc.Scenario:
 @pytest.fixture
 def tiny() -> sc.Scenario:
     return make_scenario()
+
+
+def through_file(state: Any) -> Any:
+    """``state`` written as a checkpoint writes it and read back as a checkpoint reads it
+    (``torch.save``, ``weights_only`` load)."""
+    buf = io.BytesIO()
+    torch.save(checkpoint.encode(state), buf)
+    buf.seek(0)
+    return checkpoint.decode(torch.load(buf, weights_only=True))
+
+
+def whole_and_resumed(scenario: sc.Scenario, tmp_path: Path) -> tuple[Path, Path]:
+    """The run of ``scenario`` uninterrupted (``whole``) and stopped at the first event after its
+    first checkpoint, then resumed (``cut``); asserts that both wrote the same ``updates.csv``
+    bytes and the same ``model.pt`` tensors, and returns the two directories."""
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run_to_dir_blocking(scenario, whole)
+    with pytest.raises(RunInterrupted):
+        run_to_dir_blocking(scenario, cut, should_stop=lambda: (cut / "checkpoint.pt").exists())
+    resume_dir_blocking(cut)
+    assert (cut / "updates.csv").read_bytes() == (whole / "updates.csv").read_bytes()
+    a, b = torch.load(whole / "model.pt", weights_only=True), torch.load(cut / "model.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return whole, cut

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import io
 from typing import Any
 
 import numpy as np
@@ -24,9 +23,8 @@ from asyncfl.errors import CheckpointError, RunInterrupted
 from asyncfl.run import checkpoint
 from asyncfl.run.runner import run_to_dir_blocking
 from asyncfl.sim.engine import Simulation
-from asyncfl.sim.state import SimState
 
-from conftest import make_scenario
+from conftest import make_scenario, through_file
 
 CAPPED = {"privacy.enabled": True, "privacy.noise_multiplier": 0.5, "privacy.xi": 1.0,
           "privacy.sampling": "participation-cap", "privacy.max_participations": 4}
@@ -73,14 +71,6 @@ def stopped(scenario: Any, after_events: int) -> Simulation:
 
     asyncio.run(go())
     return sim
-
-
-def through_file(state: SimState) -> Any:
-    """``state`` written as a checkpoint writes it and read back as a checkpoint reads it."""
-    buf = io.BytesIO()
-    torch.save(checkpoint.encode(state), buf)
-    buf.seek(0)
-    return checkpoint.decode(torch.load(buf, weights_only=True))
 
 
 def assert_same_tree(a: Any, b: Any, path: str = "state") -> None:

@@ -16,8 +16,7 @@ import torch
 from asyncfl.cli.main import main
 from asyncfl.config import scenario as sc
 from asyncfl.config.server import DelayScaleConfig, FADASConfig
-from asyncfl.errors import RunInterrupted, ScenarioError
-from asyncfl.run.runner import resume_dir_blocking, run_to_dir_blocking
+from asyncfl.errors import ScenarioError
 from asyncfl.server.aggregation import Aggregate, ClientUpdate, ExactAggregator
 from asyncfl.server.algorithms import ServerStreams
 from asyncfl.server.async_rules import FADAS, DelayAdaptiveSGD, delay_scale, max_staleness
@@ -27,7 +26,7 @@ from asyncfl.server.compose import make_rule
 from asyncfl.server.rules import SGD, apply
 from asyncfl.sim.engine import run_blocking
 
-from conftest import make_raw
+from conftest import make_raw, whole_and_resumed
 
 H = np.array([[3.0, 0.5, 0.0], [0.5, 1.0, 0.2], [0.0, 0.2, 0.4]])  # f(θ) = ½ θᵀHθ
 THETA0 = np.array([1.0, -2.0, 0.5])
@@ -236,14 +235,6 @@ def test_a_run_cut_at_a_checkpoint_resumes_to_the_same_files(server, client, tmp
     raw = _quadratic(**server)
     raw["client"] = {"local_steps": 3, "lr": 0.01, **client}
     raw["run"] = {"steps": 12, "eval_every": 4, "checkpoint_every": 5}
-    scenario = sc.validate(raw)
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    run_to_dir_blocking(scenario, whole)
-    with pytest.raises(RunInterrupted):  # stopped at the first event after the step-5 checkpoint
-        run_to_dir_blocking(scenario, cut, should_stop=lambda: (cut / "checkpoint.pt").exists())
-    resume_dir_blocking(cut)
-    assert (cut / "updates.csv").read_bytes() == (whole / "updates.csv").read_bytes()
-    a, b = torch.load(whole / "model.pt", weights_only=True), torch.load(cut / "model.pt", weights_only=True)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    whole, cut = whole_and_resumed(sc.validate(raw), tmp_path)  # cut after the step-5 checkpoint
     assert json.loads((cut / "summary.json").read_text()).get("baseline") == json.loads(
         (whole / "summary.json").read_text()).get("baseline")

@@ -26,14 +26,14 @@ from asyncfl.components.traits import AlgorithmTraits, MemoryPart, RuleTraits
 from asyncfl.config import memory
 from asyncfl.config import scenario as sc
 from asyncfl.config.base import Section
-from asyncfl.errors import RunInterrupted, ScenarioError
+from asyncfl.errors import ScenarioError
 from asyncfl.run import provenance
 from asyncfl.run.bias_report import own_bias
-from asyncfl.run.runner import resume_dir_blocking, run_to_dir_blocking
+from asyncfl.run.runner import run_to_dir_blocking
 from asyncfl.server.rules import RuleOutput
 from asyncfl.sim.engine import Simulation
 
-from conftest import make_raw, make_scenario
+from conftest import make_raw, make_scenario, whole_and_resumed
 
 SYNC = {"server.protocol": "sync", "server.concurrency": None, "server.cohort": 6, "server.buffer": 4}
 
@@ -236,15 +236,7 @@ def test_one_answer_for_a_rules_own_bias() -> None:
 # -- state ---------------------------------------------------------------------------------------------
 def test_a_users_rule_state_is_checkpointed_and_resumed(scaled, tmp_path) -> None:
     scenario = make_scenario({"server.rule": "scaled", "run.steps": 12, "run.checkpoint_every": 4})
-    whole = tmp_path / "whole"
-    run_to_dir_blocking(scenario, whole)
-    cut = tmp_path / "cut"
-    with pytest.raises(RunInterrupted):  # stopped at the first event after the step-4 checkpoint
-        run_to_dir_blocking(scenario, cut, should_stop=lambda: (cut / "checkpoint.pt").exists())
-    resume_dir_blocking(cut)
-    assert (cut / "updates.csv").read_bytes() == (whole / "updates.csv").read_bytes()
-    a, b = torch.load(whole / "model.pt", weights_only=True), torch.load(cut / "model.pt", weights_only=True)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    whole_and_resumed(scenario, tmp_path)  # same updates.csv and model.pt as the run never stopped
 
 
 # -- provenance ----------------------------------------------------------------------------------------

@@ -14,23 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import io
 from typing import Any
 
 import numpy as np
-import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asyncfl.config import scenario as sc
 from asyncfl.errors import ParticipationCapReached, RunInterrupted, SimulationStalled
-from asyncfl.privacy import accounting, factorization
-from asyncfl.privacy.accountants import Releases
-from asyncfl.run import checkpoint
 from asyncfl.sim.engine import Simulation
 from asyncfl.records import MemorySink
-from conftest import make_raw
+from conftest import make_raw, through_file
 
 
 class SeparationWatch:
@@ -67,14 +61,6 @@ def schema_problems(rows: list[Any], k: int, b: int) -> list[str]:
         if gaps.size and gaps.min() < b:
             out.append(f"client {client}: steps {s}, a gap below b = {b}")
     return out
-
-
-def through_file(state: Any) -> Any:
-    """``state`` written and read back as a checkpoint does (torch.save, weights_only load)."""
-    buf = io.BytesIO()
-    torch.save(checkpoint.encode(state), buf)
-    buf.seek(0)
-    return checkpoint.decode(torch.load(buf, weights_only=True))
 
 
 def run_until(sim: Simulation, events: int | None) -> bool:

@@ -423,25 +423,21 @@ class RunWriter:
 
     def write_privacy(self, rows: list[dict[str, Any]]) -> None:
         """``privacy.csv``, rewritten whole (atomically): it is derived from the run's state."""
-        def write(p: Path) -> None:
-            with open(p, "w", newline="", encoding="utf-8") as fh:
-                out = csv.writer(fh, lineterminator="\n")
-                out.writerow(PRIVACY_FIELDS)
-                for row in rows:
-                    out.writerow([_fmt(row[f]) for f in PRIVACY_FIELDS])
-
-        atomic_write(self.path / "privacy.csv", write)
+        self._write_table("privacy.csv", PRIVACY_FIELDS, rows)
 
     def write_privacy_clients(self, rows: list[dict[str, Any]]) -> None:
         """``privacy_clients.csv``, rewritten whole (atomically): derived from the run's ledger."""
+        self._write_table("privacy_clients.csv", PRIVACY_CLIENT_FIELDS, rows)
+
+    def _write_table(self, name: str, fields: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         def write(p: Path) -> None:
             with open(p, "w", newline="", encoding="utf-8") as fh:
                 out = csv.writer(fh, lineterminator="\n")
-                out.writerow(PRIVACY_CLIENT_FIELDS)
+                out.writerow(fields)
                 for row in rows:
-                    out.writerow([_fmt(row[f]) for f in PRIVACY_CLIENT_FIELDS])
+                    out.writerow([_fmt(row[f]) for f in fields])
 
-        atomic_write(self.path / "privacy_clients.csv", write)
+        atomic_write(self.path / name, write)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json(self.path / "summary.json", {"format_version": FORMAT_VERSION, **summary})
