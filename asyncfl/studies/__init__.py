@@ -20,10 +20,10 @@ through :class:`asyncfl.results.Run`.
 
 from asyncfl.studies.crossing import Crossing, crossing
 from asyncfl.studies.effects import Difference, Interaction, interaction, paired_difference
-from asyncfl.studies.survival import (Comparison, SurvivalCurve, kaplan_meier, log_restricted_ratios, paired_rmst_ratio,
-                                      restricted_mean, restricted_means)
+from asyncfl.studies.survival import (Comparison, SurvivalCurve, common_horizon, compare_crossings, expanded_level,
+                                      kaplan_meier, log_restricted_ratios, paired_rmst_ratio, restricted_mean, restricted_means)
 from asyncfl.studies.tuning import Choice, SeedSplit, choose, refine, sensitivity, split_seeds
 
 __all__ = ["Choice", "Comparison", "Crossing", "Difference", "Interaction", "SeedSplit", "SurvivalCurve", "choose",
-           "crossing", "interaction", "kaplan_meier", "log_restricted_ratios", "paired_difference", "paired_rmst_ratio",
+           "common_horizon", "compare_crossings", "crossing", "expanded_level", "interaction", "kaplan_meier", "log_restricted_ratios", "paired_difference", "paired_rmst_ratio",
            "refine", "restricted_mean", "restricted_means", "sensitivity", "split_seeds"]
