@@ -109,6 +109,7 @@ class StalenessCounts:
             block = np.asarray(block).reshape(-1, L)
             if block.dtype.kind not in "iu" or (block.size and (block.min() < 0 or block.max() > np.iinfo(np.int64).max)):
                 raise ValueError("by_staleness must hold non-negative integers (accepted uploads)")
+            block = block.astype(np.int64, copy=False)  # uint64 stacked with int64 would become float64
             t, tau = np.nonzero(block)
             parts.append(np.stack([t + row + 1, tau, block[t, tau]], axis=1).astype(np.int64))
             row += len(block)
@@ -159,7 +160,7 @@ class StalenessCounts:
         out[rows[:, 0] - start - 1, rows[:, 1]] = rows[:, 2]
         return out
 
-    def blocks(self, max_bytes: int = 8 << 20) -> Iterator[np.ndarray]:
+    def blocks(self, max_bytes: int = 4 << 20) -> Iterator[np.ndarray]:
         """:meth:`dense` in consecutive blocks of whole rows of at most ``max_bytes`` (at least one
         row): the dense layout written without ever holding it whole."""
         width = self.width

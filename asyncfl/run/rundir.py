@@ -511,7 +511,7 @@ def counts_members(counts: StalenessCounts) -> dict[str, "np.ndarray | RowStream
     return dict(counts.sparse_arrays())
 
 
-def padded_rows(rows: list[np.ndarray], dtype: Any, max_bytes: int = 8 << 20) -> RowStream:
+def padded_rows(rows: list[np.ndarray], dtype: Any, max_bytes: int = 4 << 20) -> RowStream:
     """Per-step rows of unequal length (MA-full's ``a_t`` has ``t`` entries) as a zero-padded
     ``len(rows) × longest`` array (``0 × 1`` without rows), streamed ``max_bytes`` at a time."""
     width = max((len(r) for r in rows), default=1)
@@ -542,7 +542,7 @@ def write_npz(path: Path, arrays: dict[str, "np.ndarray | RowStream"]) -> None:
                           "shape": tuple(int(n) for n in value.shape)}
                 np.lib.format.write_array_header_1_0(member, header)
                 for block in value.blocks():
-                    member.write(np.ascontiguousarray(block, dtype=dtype).tobytes())
+                    member.write(memoryview(np.ascontiguousarray(block, dtype=dtype)).cast("B"))  # no copy
 
 
 #: the most a deflated member can expand (deflate codes a 258-byte match in at least 2 bits:
