@@ -32,7 +32,7 @@ import numpy as np
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import RunDirError, ScenarioError
 from asyncfl.records import METRIC_FIELDS, REASONS, UPDATE_FIELDS
-from asyncfl.run.rundir import read_counts
+from asyncfl.run.counts_file import read_counts
 from asyncfl.server.aggregation import weight_matrix
 from asyncfl.staleness_counts import StalenessCounts
 

@@ -72,22 +72,22 @@ def worker_run(out: Path, steps: int, eval_every: int, bounded: bool) -> dict[st
 def worker_old_file(out: Path, run_dir: Path) -> dict[str, Any]:
     """The run's counts written dense, as the earlier writer did, into ``out`` (streamed)."""
     from asyncfl import staleness_counts
-    from asyncfl.run import rundir
+    from asyncfl.run import counts_file
 
-    counts, arrays = rundir.read_counts(run_dir / "counts.npz")
+    counts, arrays = counts_file.read_counts(run_dir / "counts.npz")
     staleness_counts.DENSE_LIMIT_BYTES = 1 << 62
     start = time.perf_counter()
-    rundir.write_npz(out, {**rundir.counts_members(counts), **arrays})
+    counts_file.write_npz(out, {**counts_file.counts_members(counts), **arrays})
     return {"wall": time.perf_counter() - start, "file": out.stat().st_size, "shape": list(counts.shape)}
 
 
 def worker_read(path: Path) -> dict[str, Any]:
     """Read a ``counts.npz`` back: peak RSS and time."""
-    from asyncfl.run import rundir
+    from asyncfl.run import counts_file
 
     baseline = peak_rss()
     start = time.perf_counter()
-    counts, _ = rundir.read_counts(path)
+    counts, _ = counts_file.read_counts(path)
     return {"wall": time.perf_counter() - start, "baseline": baseline, "peak": peak_rss(), "entries": counts.used,
             "shape": list(counts.shape), "total": counts.total()}
 

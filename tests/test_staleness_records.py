@@ -33,7 +33,7 @@ from asyncfl.cli.main import main
 from asyncfl.config import memory
 from asyncfl.errors import RunDirError
 from asyncfl.results import load_run
-from asyncfl.run import checkpoint, rundir
+from asyncfl.run import checkpoint, counts_file
 from asyncfl.run.runner import run_to_dir_blocking
 from asyncfl.sim.engine import Simulation, run_blocking
 from asyncfl.staleness_counts import StalenessCounts
@@ -138,10 +138,10 @@ def test_the_dense_layout_is_the_file_savez_compressed_wrote(tmp_path):
         counts.add(rng.integers(0, 40, 10))
     times = np.arange(30, dtype=np.float64)
     ours, theirs = tmp_path / "ours.npz", tmp_path / "theirs.npz"
-    rundir.write_npz(ours, {**rundir.counts_members(counts), "step_time": times})
+    counts_file.write_npz(ours, {**counts_file.counts_members(counts), "step_time": times})
     np.savez_compressed(theirs, by_staleness=counts.dense(), step_time=times)
     assert npy_members(ours) == npy_members(theirs)  # every npy byte (only the zip's timestamps differ)
-    read, arrays = rundir.read_counts(theirs)
+    read, arrays = counts_file.read_counts(theirs)
     np.testing.assert_array_equal(read.used_entries, counts.used_entries)
     assert read.shape == counts.shape and list(arrays) == ["step_time"]
 
@@ -151,8 +151,8 @@ def test_files_of_earlier_versions_are_read_a_block_at_a_time(tmp_path, monkeypa
     run_to_dir_blocking(scenario, tmp_path / "run")
     dense = recount_updates(tmp_path / "run" / "updates.csv", (30, 7))  # max_staleness = 6
     np.savez_compressed(tmp_path / "old.npz", by_staleness=dense.astype(np.uint32), step_time=np.zeros(30))
-    monkeypatch.setattr(rundir, "READ_BLOCK_BYTES", 1)  # one row a block
-    counts, arrays = rundir.read_counts(tmp_path / "old.npz")
+    monkeypatch.setattr(counts_file, "READ_BLOCK_BYTES", 1)  # one row a block
+    counts, arrays = counts_file.read_counts(tmp_path / "old.npz")
     np.testing.assert_array_equal(counts.dense(), dense)
     assert set(arrays) == {"step_time"}
 
@@ -165,7 +165,7 @@ def test_the_bound_read_follows_what_the_file_says_it_holds(tmp_path):
     data[entry + 24: entry + 28] = (0xD0000000).to_bytes(4, "little")  # uncompressed size: 3.5 GB
     (tmp_path / "bomb.npz").write_bytes(bytes(data))
     with pytest.raises(RunDirError, match=r"bomb\.npz: its arrays claim \d+ bytes uncompressed from \d+ compressed, more than deflate"):
-        rundir.read_counts(tmp_path / "bomb.npz")
+        counts_file.read_counts(tmp_path / "bomb.npz")
     # an npy header claiming 10¹⁴ counts in a member of a few bytes: refused before anything is allocated
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": "<i8", "fortran_order": False, "shape": (10**9, 100_001)})
@@ -173,24 +173,24 @@ def test_the_bound_read_follows_what_the_file_says_it_holds(tmp_path):
         archive.writestr("by_staleness.npy", header.getvalue() + bytes(48))
     tracemalloc.start()
     with pytest.raises(RunDirError, match=r"liar\.npz: by_staleness's header says shape \(1000000000, 100001\)"):
-        rundir.read_counts(tmp_path / "liar.npz")
+        counts_file.read_counts(tmp_path / "liar.npz")
     assert tracemalloc.get_traced_memory()[1] < 1 << 20
     tracemalloc.stop()
     # a sparse file whose entries contradict its shape
     np.savez_compressed(tmp_path / "bad.npz", by_staleness_entries=np.array([[3, 0, 1]]), by_staleness_shape=np.array([2, 4]))
     with pytest.raises(RunDirError, match=r"bad\.npz: by_staleness_entries: an entry names step 3, outside 1 … 2"):
-        rundir.read_counts(tmp_path / "bad.npz")
+        counts_file.read_counts(tmp_path / "bad.npz")
     np.savez_compressed(tmp_path / "none.npz", step_time=np.zeros(2))
     with pytest.raises(RunDirError, match=r"none\.npz: has no by_staleness array"):
-        rundir.read_counts(tmp_path / "none.npz")
+        counts_file.read_counts(tmp_path / "none.npz")
 
 
 def test_a_resumed_sparse_run_ends_with_the_same_counts(tmp_path, monkeypatch):
     monkeypatch.setattr(staleness_counts, "DENSE_LIMIT_BYTES", 1 << 10)  # sparse from the first step
     scenario = make_scenario({**HUGE, "run.steps": 40, "run.eval_every": 10, "run.checkpoint_every": 20})
     whole, cut = whole_and_resumed(scenario, tmp_path)
-    a, _ = rundir.read_counts(whole / "counts.npz")
-    b, _ = rundir.read_counts(cut / "counts.npz")
+    a, _ = counts_file.read_counts(whole / "counts.npz")
+    b, _ = counts_file.read_counts(cut / "counts.npz")
     np.testing.assert_array_equal(a.used_entries, b.used_entries)
     assert a.shape == b.shape == (40, 100_001)
     assert "by_staleness_entries.npy" in npy_members(cut / "counts.npz")

@@ -35,7 +35,8 @@ from asyncfl.config.memory import BIAS_REPORT_STEPS
 from asyncfl.config.server import MAFullConfig
 from asyncfl.errors import RunDirError
 from asyncfl.privacy.mechanism import postprocess_counts
-from asyncfl.run.rundir import read_counts, read_csv, write_json
+from asyncfl.run.counts_file import read_counts
+from asyncfl.run.rundir import read_csv, write_json
 from asyncfl.server.aggregation import weight_matrix
 from asyncfl.server.bias import bias_report
 from asyncfl.server.imbalance import participation_summary
@@ -83,7 +84,7 @@ def own_bias(scenario: scenario_mod.Scenario, bias: dict[str, Any] | None) -> fl
 
 def load_run(run_dir: str | Path) -> tuple[scenario_mod.Scenario, StalenessCounts, dict[str, np.ndarray]]:
     """The run's scenario, its staleness counts (either layout of ``counts.npz``, read by
-    :func:`~asyncfl.run.rundir.read_counts`) and the file's other arrays, checked:
+    :func:`~asyncfl.run.counts_file.read_counts`) and the file's other arrays, checked:
     ``private_by_staleness`` and ``coefficients``, when present, float arrays with T rows. Every
     problem is a RunDirError naming the file."""
     run_dir = Path(run_dir)

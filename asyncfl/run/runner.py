@@ -27,7 +27,7 @@ from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
 from asyncfl.privacy import per_client
-from asyncfl.run import bias_report, checkpoint, provenance, rundir, tensorboard
+from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, tensorboard
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
 
@@ -36,15 +36,15 @@ class AlreadyCompleted(RunDirError):
     """``asyncfl resume`` on a completed run: nothing to do (the CLI exits 0)."""
 
 
-def _arrays(sim: Simulation) -> dict[str, np.ndarray | rundir.RowStream]:
+def _arrays(sim: Simulation) -> dict[str, np.ndarray | counts_file.RowStream]:
     """The arrays of ``counts.npz`` besides the staleness counts (docs/run-directory.md §5); the
     per-step rows are streamed into the file, never stacked in memory."""
     records = sim.records
-    arrays: dict[str, np.ndarray | rundir.RowStream] = {"step_time": np.asarray(records.step_times, dtype=np.float64)}
+    arrays: dict[str, np.ndarray | counts_file.RowStream] = {"step_time": np.asarray(records.step_times, dtype=np.float64)}
     if records.private_by_staleness:
-        arrays["private_by_staleness"] = rundir.padded_rows(records.private_by_staleness, np.float64)
+        arrays["private_by_staleness"] = counts_file.padded_rows(records.private_by_staleness, np.float64)
     if records.coefficients:
-        arrays["coefficients"] = rundir.padded_rows(records.coefficients, np.float64)
+        arrays["coefficients"] = counts_file.padded_rows(records.coefficients, np.float64)
     return arrays
 
 
