@@ -14,8 +14,8 @@ record's ``columns`` — ``max_staleness + 1`` when bounded, else (unbounded, or
 whose uploads are never stale) grown to the largest staleness seen ``+ 1`` — and ``0 × 1``
 before the first step.
 
-Depends on numpy only; the run directory's reader and writer (``asyncfl.run.rundir``) choose
-the file's layout, the engine appends one step at a time (:meth:`StalenessCounts.add`).
+Depends on numpy only; the engine appends one step at a time (:meth:`StalenessCounts.add`), the
+writer and reader of ``counts.npz`` (``asyncfl.run.counts_file``) choose and read its layout.
 """
 
 from __future__ import annotations

@@ -226,6 +226,7 @@ def test_the_memory_estimate_counts_what_a_step_can_record(capsys):
     counted = _parts(full)["per-step staleness counts (non-zero entries)"]
     assert counted == _parts(make_scenario({**HUGE, "run.steps": 2000, "server.max_staleness": 10}))[
         "per-step staleness counts (non-zero entries)"] == 4 * 24 * 2000 * 10  # not max_staleness: 1.9 MB
+    assert memory.COUNT_ENTRY_BYTES == staleness_counts.ENTRY_BYTES == StalenessCounts().entries.itemsize * 3
     records = sum(p.bytes for p in memory.estimate(full).parts if p.record)
     assert records < 400e6 and memory.record_warning(full, memory.estimate(full)) is None  # the bias report's 384 MB the most
     # what a run holds is within the estimate: its entries (capacity included) and step times

@@ -57,7 +57,7 @@ FIXED_MODEL_COPIES = 10
 FLEET_BYTES_PER_CLIENT = 64
 #: bytes of one ``(t, τ, count)`` entry of the staleness counts, and how many copies exist at the
 #: peak (the buffer's doubling capacity: 2, the copy written: 1, the copy read back: 1)
-COUNT_ENTRY_BYTES, COUNT_ENTRY_COPIES = 24, 4
+COUNT_ENTRY_BYTES, COUNT_ENTRY_COPIES = 24, 4  # asyncfl.staleness_counts.ENTRY_BYTES (this module imports no numpy)
 #: a step's time (a Python float in a list, and its float64 in the file), and a staleness kept until
 #: the next evaluation (a Python int and its list slot)
 STEP_TIME_BYTES, EVAL_STALENESS_BYTES = 40, 36
