@@ -26,9 +26,9 @@ The estimate (bytes) is the sum of these parts, each from the resolved scenario 
   evaluation (``40·T + 36·E·C``, ``E`` = ``run.eval_every``); with privacy the noisy counts
   ``ĉ_τ``, dense by nature (``L`` = max_staleness + 1 float64 a step, held and read back:
   ``16·T·L``); the bias report of the first ``T' = min(T, 2000)`` steps (``BIAS_MATRICES``
-  ``T'×T'`` float64, twice with privacy; stale protocols only). The rules' own records (MA-full's ``a_t``) are their
-  ``memory`` traits'. A scenario whose records exceed :data:`RECORDS_WARN_BYTES` is run, with a
-  warning naming the keys (:func:`record_warning`);
+  ``T'×T'`` float64, twice with privacy; stale protocols only). The rules' own records
+  (MA-full's ``a_t``) are their ``memory`` traits'. A scenario whose records exceed
+  :data:`RECORDS_WARN_BYTES` is run, with a warning naming the keys (:func:`record_warning`);
 * **fleet** — ``FLEET_BYTES_PER_CLIENT`` per client (speeds, busy flags, availability phases);
 * **the interpreter and torch** — :data:`BASE_BYTES`.
 
