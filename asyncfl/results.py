@@ -3,7 +3,7 @@ tables (docs/run-directory.md §10).
 
 ``asyncfl.load_run(DIR)`` returns a :class:`Run`: the validated ``scenario``, the ``summary``,
 ``metrics`` and ``updates`` as :class:`pandas.DataFrame` with the dtypes of
-:data:`METRIC_DTYPES` / :data:`UPDATE_DTYPES`, ``counts()`` (``by_staleness``), ``W()`` (the
+:data:`METRIC_DTYPES` / :data:`UPDATE_DTYPES`, ``counts()`` (``by_staleness``, dense), ``staleness`` (its non-zero entries), ``W()`` (the
 exact weight matrix), ``bias`` (``bias.json``) and ``privacy`` (the summary's privacy section).
 Every file is read on first use, so a :class:`Run` of a sweep costs nothing until it is looked at.
 
@@ -22,7 +22,6 @@ import csv
 import json
 import math
 import tomllib
-import zipfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -33,7 +32,9 @@ import numpy as np
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import RunDirError, ScenarioError
 from asyncfl.records import METRIC_FIELDS, REASONS, UPDATE_FIELDS
+from asyncfl.run.counts_file import read_counts
 from asyncfl.server.aggregation import weight_matrix
+from asyncfl.staleness_counts import StalenessCounts
 
 if TYPE_CHECKING:  # annotations only: pandas is imported on first use
     import pandas as pd
@@ -193,30 +194,36 @@ class Run:
         return _read_table(self.path / "updates.csv", UPDATE_DTYPES)
 
     @cached_property
-    def arrays(self) -> dict[str, np.ndarray]:
-        """Every array of ``counts.npz`` (docs/run-directory.md §5)."""
+    def _counts_file(self) -> "tuple[StalenessCounts, dict[str, np.ndarray]]":
         path = self.path / "counts.npz"
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
-        except FileNotFoundError:
-            raise RunDirError(f"{path}: missing") from None
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-            raise RunDirError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
+        if not path.exists() and not path.is_symlink():
+            raise RunDirError(f"{path}: missing")
+        return read_counts(path)
 
-    def counts(self) -> np.ndarray:
-        """``by_staleness`` (T×L int64): ``counts()[t-1, τ]`` accepted uploads of staleness τ in step t."""
-        counts = self.arrays.get("by_staleness")
-        if counts is None or counts.ndim != 2 or counts.dtype.kind not in "iu":
-            raise RunDirError(f"{self.path / 'counts.npz'}: no 2-D integer array 'by_staleness'; the run directory is damaged")
-        return counts
+    @property
+    def staleness(self) -> StalenessCounts:
+        """The staleness counts ``C_{t,τ}`` as their non-zero entries, whichever layout
+        ``counts.npz`` holds (docs/run-directory.md §5)."""
+        return self._counts_file[0]
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The other arrays of ``counts.npz``: ``step_time``, and ``private_by_staleness`` and
+        ``coefficients`` where the run has them (docs/run-directory.md §5)."""
+        return self._counts_file[1]
+
+    def counts(self, width: int | None = None) -> np.ndarray:
+        """``by_staleness`` (T×L int64): ``counts()[t-1, τ]`` accepted uploads of staleness τ in step t,
+        the same array whichever layout the file holds; ``width`` keeps the first columns only
+        (``min(L, T)`` hold every staleness that can occur: ``τ ≤ t − 1``)."""
+        return self.staleness.dense(width=width)
 
     def W(self) -> np.ndarray:
         """The exact weight matrix ``W[t-1, s-1] = (t−s+1)^(−p) C_{t,s} / C`` (docs/protocol.md §7),
         with the run's ``p`` and ``C``; ``I`` for a synchronous run."""
-        server = self.scenario.server
+        server, counts = self.scenario.server, self.staleness
         try:
-            return weight_matrix(self.counts(), server.staleness_exponent, int(server.buffer))
+            return weight_matrix(self.counts(min(counts.width, max(counts.steps, 1))), server.staleness_exponent, int(server.buffer))
         except (ValueError, IndexError, TypeError) as exc:
             raise RunDirError(f"{self.path / 'counts.npz'}: its counts do not give a weight matrix ({exc})") from None
 

@@ -31,7 +31,7 @@ TARGET = re.compile(r"^(asyncfl(?:\.\w+)+):[\w.]+$")
 
 #: Packages of asyncfl from the bottom up; a package may import from its own layer or below.
 LAYERS: list[set[str]] = [
-    {"errors", "registry", "rng", "records", "tensor_checks", "__init__"},
+    {"errors", "registry", "rng", "records", "staleness_counts", "tensor_checks", "__init__"},
     {"config", "components"},
     {"datasets"},
     {"tasks", "compute"},

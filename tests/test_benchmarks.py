@@ -87,3 +87,16 @@ def test_datasets_pooled_benchmark_learns_the_twin():
     final, best = train_pooled(build_task(cfg, clients, 0), steps=60, lr=lr, batch=batch, eval_every=30, shuffle_seed=0)
     assert 0.05 < final <= best <= 1.0  # above chance (1/62) after 60 steps
     assert PUBLISHED["mnist1d cnn"] == 0.94
+
+
+def test_records_benchmark_measures_a_bounded_run_and_reads_its_dense_file_back(tmp_path, monkeypatch):
+    from asyncfl import staleness_counts
+    from benchmarks import records
+
+    monkeypatch.setattr(staleness_counts, "DENSE_LIMIT_BYTES", staleness_counts.DENSE_LIMIT_BYTES)  # the worker raises it
+    run = records.worker_run(tmp_path / "run", 20, 10, True)
+    assert run["shape"] == [20, 100_001] and run["entries"] > 0 and run["peak"] >= run["baseline"] > 0
+    old = records.worker_old_file(tmp_path / "old.npz", tmp_path / "run")
+    read = records.worker_read(tmp_path / "old.npz")
+    assert old["shape"] == read["shape"] == [20, 100_001] and read["entries"] == run["entries"] and read["total"] == 20 * 10
+    assert records.worker_bias(tmp_path / "run")["wall"] > 0

@@ -262,7 +262,8 @@ def test_5_a_full_disk_stops_with_the_system_message_and_a_loadable_checkpoint(t
     assert cli(capsys, "run", path, "--out", ref, "--quiet")[0] == 0
     mnt = tmp_path / "M"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)], capture_output=True).returncode:
+    # the run's files end at ~190 kB (checkpoints of sparse staleness counts: ~40 kB): 120 kB fills mid-run
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=120k", "tmpfs", str(mnt)], capture_output=True).returncode:
         pytest.skip("mount -t tmpfs failed (no privilege in this container)")
     try:
         out = mnt / "q"
@@ -711,7 +712,7 @@ def test_16_bias_refuses_a_damaged_or_oversized_counts_file(stopped, tmp_path, c
         code, _, err = cli(capsys, "bias", out)
         assert code == 2 and "counts.npz" in err, (kind, err)
         if kind == "bomb":
-            assert "uncompressed, more than the 1073741824 read at most" in err, err
+            assert "more than deflate expands to (1032:1); the file is damaged" in err, err
         assert snapshot(out) == before
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 from asyncfl.cli.console import err_console, print_summary, progress_bar, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from asyncfl.cli.scenario_input import scenario_from_args
-from asyncfl.config.memory import check_memory
+from asyncfl.config.memory import check_memory, record_warning
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import outdir, rundir, runner
@@ -88,7 +88,9 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
 def cmd_run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     out = Path(args.out) if args.out else default_out(scenario.name)
-    check_memory(scenario)  # refusals that need no simulation, before the progress bar appears
+    note = record_warning(scenario, check_memory(scenario))  # refusals that need no simulation, before the progress bar
+    if note:
+        warn(note)
     outdir.check_run_out(out)  # a run directory, never another command's folder or inside one
     rundir.check_out(out, overwrite=args.overwrite)
 

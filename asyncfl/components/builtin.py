@@ -32,16 +32,20 @@ from asyncfl.config.server import (
 # -- memory beyond the engine's own (docs/architecture.md §8) -------------------------------------------
 def _ma_full_memory(cfg: MAFullConfig, shape: MemoryShape) -> tuple[MemoryPart, ...]:
     """The history's capacity doubles (up to 2T rows, or the window L) and the factors (or, with a
-    window, the kept rows of W) are as large squared; each step records a row of length t."""
+    window, the kept rows of W) are as large squared; each step records a row ``a_t`` of length t
+    (``4T²`` bytes in all), which ``counts.npz`` holds zero-padded to ``T × T`` and the bias
+    report reads back whole (``8T²``)."""
     steps = shape.steps
     cap = 2 * steps if cfg.ma_window is None else min(2 * steps, cfg.ma_window)
     return (MemoryPart("MA-full's history of aggregates and its factors", cap * shape.vector + 2 * cap * cap * 8,
                        ("run.steps", "server.ma_window", "task")),
-            MemoryPart("MA-full's recorded coefficients", steps * steps * 4, ("run.steps",)))
+            MemoryPart("MA-full's recorded coefficients", steps * steps * (4 + 8), ("run.steps",), record=True))
 
 
 def _ma_light_memory(cfg: MALightConfig, shape: MemoryShape) -> tuple[MemoryPart, ...]:
-    return (MemoryPart("MA-light's recorded coefficients", shape.steps * 16, ("run.steps",)),)
+    """Each step records ``(u_t, v_t)``: a 2-entry array (~112 bytes of numpy header, 16 of data,
+    its list slot) and its 16 bytes again when the bias report reads the file back."""
+    return (MemoryPart("MA-light's recorded coefficients", shape.steps * (112 + 16 + 8 + 16), ("run.steps",), record=True),)
 
 
 def _rows_per_client(rows: int, name: str) -> Any:

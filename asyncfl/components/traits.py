@@ -25,6 +25,7 @@ class MemoryPart:
     what: str
     bytes: int
     keys: tuple[str, ...]
+    record: bool = False  # a per-step record (counted toward the estimate's records warning)
 
 
 @dataclass(frozen=True)

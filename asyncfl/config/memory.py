@@ -19,9 +19,16 @@ The estimate (bytes) is the sum of these parts, each from the resolved scenario 
   table); MA-full keeps up to ``2T`` past aggregates (its capacity doubles) and two ``2T × 2T``
   float64 factors, or with a window ``L`` a ring of ``L`` aggregates and the last ``L`` rows of ``W``
   (counted as two ``L × L`` blocks);
-* **records** — per server step ``L + 1`` float64 (staleness counts, time; ``L`` = max_staleness + 1,
-  or the staleness a K/C fleet typically reaches when unbounded) and ~200 bytes of bookkeeping,
-  ``L`` more with privacy;
+* **per-step records** (:func:`record_parts`; docs/run-directory.md §5) — the staleness counts keep
+  their non-zero entries only, at most one ``(t, τ, count)`` of 24 bytes per accepted upload
+  (``C`` a step), counted four times (the buffer's doubling capacity, the copy written, the copy
+  read back for ``bias.json``): ``96·T·C``; the step times and the staleness since the last
+  evaluation (``40·T + 36·E·C``, ``E`` = ``run.eval_every``); with privacy the noisy counts
+  ``ĉ_τ``, dense by nature (``L`` = max_staleness + 1 float64 a step, held and read back:
+  ``16·T·L``); the bias report of the first ``T' = min(T, 2000)`` steps (``BIAS_MATRICES``
+  ``T'×T'`` float64, twice with privacy; stale protocols only). The rules' own records
+  (MA-full's ``a_t``) are their ``memory`` traits'. A scenario whose records exceed
+  :data:`RECORDS_WARN_BYTES` is run, with a warning naming the keys (:func:`record_warning`);
 * **fleet** — ``FLEET_BYTES_PER_CLIENT`` per client (speeds, busy flags, availability phases);
 * **the interpreter and torch** — :data:`BASE_BYTES`.
 
@@ -48,7 +55,18 @@ if TYPE_CHECKING:
 BASE_BYTES = 400 << 20
 FIXED_MODEL_COPIES = 10
 FLEET_BYTES_PER_CLIENT = 64
-STEP_RECORD_OVERHEAD = 200
+#: bytes of one ``(t, τ, count)`` entry of the staleness counts, and how many copies exist at the
+#: peak (the buffer's doubling capacity: 2, the copy written: 1, the copy read back: 1)
+COUNT_ENTRY_BYTES, COUNT_ENTRY_COPIES = 24, 4  # asyncfl.staleness_counts.ENTRY_BYTES (this module imports no numpy)
+#: a step's time (a Python float in a list, and its float64 in the file), and a staleness kept until
+#: the next evaluation (a Python int and its list slot)
+STEP_TIME_BYTES, EVAL_STALENESS_BYTES = 40, 36
+#: steps the bias report analyses (asyncfl.run.bias_report), and the ``T'×T'`` float64 matrices it
+#: holds at its peak (W, M, the coefficient matrices, their products: 9.3–9.5 measured with
+#: tracemalloc at T' = 200 and 400), twice with privacy (a second report on the noisy Ŵ)
+BIAS_REPORT_STEPS, BIAS_MATRICES = 2000, 12
+#: per-step records above this are run with a warning (``asyncfl run`` and ``validate`` print it)
+RECORDS_WARN_BYTES = 500_000_000
 #: a process worker's own interpreter and torch
 WORKER_BASE_BYTES = 300 << 20
 
@@ -88,6 +106,41 @@ def typical_staleness_columns(scenario: Scenario) -> int:
     return min(steps, 4 * math.ceil(in_flight / (server.buffer or 1)) + 1)
 
 
+def record_parts(scenario: Scenario) -> list[Part]:
+    """The engine's per-step records and what reads them back (the module docstring gives each
+    formula); a rule's own records come from its ``memory`` trait."""
+    server, run = scenario.server, scenario.run
+    T, C = run.steps, server.buffer or 1
+    parts = [
+        Part("per-step staleness counts (non-zero entries)", COUNT_ENTRY_COPIES * COUNT_ENTRY_BYTES * T * C,
+             ("run.steps", "server.buffer"), record=True),
+        Part("per-step times and the staleness since the last evaluation",
+             STEP_TIME_BYTES * T + EVAL_STALENESS_BYTES * run.eval_every * C, ("run.steps", "run.eval_every"), record=True),
+    ]
+    if scenario.privacy.enabled:
+        parts.append(Part("per-step noisy staleness counts (privacy)", 2 * 8 * T * typical_staleness_columns(scenario),
+                          ("run.steps", "server.max_staleness"), record=True))
+    if scenario.component("protocol").traits.stale:
+        analysed = min(T, BIAS_REPORT_STEPS)
+        reports = 2 if scenario.privacy.enabled else 1  # with privacy, a second report on the noisy Ŵ
+        parts.append(Part("the bias report's matrices (bias.json)", reports * BIAS_MATRICES * 8 * analysed * analysed,
+                          ("run.steps",), record=True))
+    return parts
+
+
+def record_warning(scenario: Scenario, est: MemoryEstimate) -> str | None:
+    """A warning when the per-step records (every part marked ``record``) take more than
+    :data:`RECORDS_WARN_BYTES`, naming the parts and the keys that drive them; None otherwise."""
+    records = [p for p in est.parts if p.record]
+    total = sum(p.bytes for p in records)
+    if total <= RECORDS_WARN_BYTES:
+        return None
+    big = sorted((p for p in records if p.bytes >= 0.1 * total), key=lambda p: -p.bytes)
+    listed = "; ".join(f"{p.what}: {fmt_bytes(p.bytes)} ({', '.join(_key_values(scenario, p.keys))})" for p in big)
+    return (f"warning: the run's per-step records need about {fmt_bytes(total)} of memory (more than "
+            f"{fmt_bytes(RECORDS_WARN_BYTES)}): {listed}")
+
+
 def estimate(scenario: Scenario) -> MemoryEstimate:
     """The memory ``scenario`` needs, part by part (the module docstring gives every formula; each
     named component adds its own parts through its ``memory`` trait)."""
@@ -112,11 +165,7 @@ def estimate(scenario: Scenario) -> MemoryEstimate:
     for kind, component in parts_of.items():
         own = component.traits.memory(scenario.config_of(kind), shape)
         parts.extend(own)
-    columns = typical_staleness_columns(scenario)
-    per_step = (columns + 1) * 8 + STEP_RECORD_OVERHEAD
-    if scenario.privacy.enabled:
-        per_step += columns * 8
-    parts.append(Part("per-step records", run.steps * per_step, ("run.steps", "server.max_staleness")))
+    parts.extend(record_parts(scenario))
     parts.append(Part("the fleet", n * FLEET_BYTES_PER_CLIENT, ("population.clients",)))
     parts.append(Part("the interpreter and torch", BASE_BYTES, ()))
     return MemoryEstimate(tuple(parts))

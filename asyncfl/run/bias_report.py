@@ -31,16 +31,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.memory import BIAS_REPORT_STEPS
 from asyncfl.config.server import MAFullConfig
 from asyncfl.errors import RunDirError
 from asyncfl.privacy.mechanism import postprocess_counts
-from asyncfl.run.rundir import read_counts, read_csv, write_json
+from asyncfl.run.counts_file import read_counts
+from asyncfl.run.rundir import read_csv, write_json
 from asyncfl.server.aggregation import weight_matrix
 from asyncfl.server.bias import bias_report
 from asyncfl.server.imbalance import participation_summary
 from asyncfl.server.ma import coefficient_matrix_full, light_recursion, target_matrix
+from asyncfl.staleness_counts import StalenessCounts
 
-MAX_ANALYSED_STEPS = 2000
+MAX_ANALYSED_STEPS = BIAS_REPORT_STEPS  # the memory estimate counts the report's matrices at this size
 RULE_KEYS = ("none", "momentum", "ma_full", "ma_light")
 
 
@@ -79,34 +82,39 @@ def own_bias(scenario: scenario_mod.Scenario, bias: dict[str, Any] | None) -> fl
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
-def load_run(run_dir: str | Path) -> tuple[scenario_mod.Scenario, dict[str, np.ndarray]]:
-    """The run's scenario and its ``counts.npz`` arrays, checked: ``by_staleness`` a T×L array of
-    non-negative integers; ``private_by_staleness`` and ``coefficients``, when present, float
-    arrays with T rows. Every problem is a RunDirError naming the file."""
+def load_run(run_dir: str | Path) -> tuple[scenario_mod.Scenario, StalenessCounts, dict[str, np.ndarray]]:
+    """The run's scenario, its staleness counts (either layout of ``counts.npz``, read by
+    :func:`~asyncfl.run.counts_file.read_counts`) and the file's other arrays, checked:
+    ``private_by_staleness`` and ``coefficients``, when present, float arrays with T rows. Every
+    problem is a RunDirError naming the file."""
     run_dir = Path(run_dir)
     for name in ("scenario.toml", "counts.npz"):
         if not (run_dir / name).exists():
             raise RunDirError(f"{run_dir}: not a complete run directory ({name} is missing)")
     scenario = scenario_mod.load(run_dir / "scenario.toml", run_dir=True)
     path = run_dir / "counts.npz"
-    arrays = read_counts(path)
-    counts = arrays.get("by_staleness")
-    if counts is None:
-        raise RunDirError(f"{path}: has no by_staleness array")
-    if counts.ndim != 2 or counts.dtype.kind not in "iu" or (counts.size and counts.min() < 0):
-        raise RunDirError(f"{path}: by_staleness must be a 2-d array of non-negative integers (steps × staleness)")
+    counts, arrays = read_counts(path)
     for key in ("private_by_staleness", "coefficients"):
         value = arrays.get(key)
-        if value is not None and (value.ndim != 2 or value.dtype.kind != "f" or len(value) != len(counts) or not np.isfinite(value).all()):
-            raise RunDirError(f"{path}: {key} must be a 2-d array of finite floats with one row per step ({len(counts)})")
-    return scenario, arrays
+        if value is not None and (value.ndim != 2 or value.dtype.kind != "f" or len(value) != counts.steps or not np.isfinite(value).all()):
+            raise RunDirError(f"{path}: {key} must be a 2-d array of finite floats with one row per step ({counts.steps})")
+    return scenario, counts, arrays
 
 
-def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray]) -> np.ndarray | None:
-    """The staleness counts the server saw with privacy on (post-processed noisy estimates)."""
+def leading_counts(counts: StalenessCounts, steps: int) -> np.ndarray:
+    """``by_staleness[:steps, :min(L, steps)]``: all that the leading ``steps × steps`` block of
+    ``W`` depends on (``W[t, t−τ]`` with ``1 ≤ t − τ``, so ``τ < steps`` there), without
+    densifying the ``L = max_staleness + 1`` columns of the whole record."""
+    return counts.dense(0, steps, min(counts.width, max(steps, 1)))
+
+
+def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray], steps: int | None = None) -> np.ndarray | None:
+    """The staleness counts the server saw with privacy on (post-processed noisy estimates) in the
+    first ``steps`` steps (default all)."""
     raw = arrays.get("private_by_staleness")
     if raw is None or not scenario.privacy.enabled:
         return None
+    raw = raw[:steps]
     C = scenario.server.buffer
     return np.stack([postprocess_counts(row, C, scenario.privacy.counts) for row in raw]) if len(raw) else raw
 
@@ -114,8 +122,8 @@ def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray]) 
 def bias_of_run(run_dir: str | Path) -> dict[str, Any]:
     """The ``bias.json`` content of a run directory (see the module docstring), with the clients'
     participation read from ``updates.csv`` when the directory has one."""
-    scenario, arrays = load_run(run_dir)
-    report = bias_of_records(scenario, arrays)
+    scenario, counts, arrays = load_run(run_dir)
+    report = bias_of_records(scenario, counts, arrays)
     updates = Path(run_dir) / "updates.csv"
     if updates.exists():
         report["participation"] = participation_summary(participation_counts(updates, scenario.population.clients))
@@ -139,15 +147,13 @@ def participation_counts(path: Path, clients: int) -> np.ndarray:
     return counts
 
 
-def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+def bias_of_records(scenario: scenario_mod.Scenario, records: StalenessCounts, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     server = scenario.server
-    counts = arrays["by_staleness"]
-    T = min(len(counts), MAX_ANALYSED_STEPS)
+    T = min(records.steps, MAX_ANALYSED_STEPS)
     if T == 0:
         raise RunDirError("the run has no completed server step: nothing to analyse")
-    counts = counts[:T]
-    seen = seen_counts(scenario, arrays)
-    seen = None if seen is None else seen[:T]
+    counts = leading_counts(records, T)
+    seen = seen_counts(scenario, arrays, T)
     kind, beta, ridge, window = analysis_of(scenario)
     p, C = server.staleness_exponent, server.buffer
     recorded = scenario.component("rule").traits.coefficients
@@ -182,7 +188,7 @@ def bias_of_records(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarra
         out["noisy_w"] = {key: noisy[key] for key in RULE_KEYS}
     out.update(rule=server.rule, target=kind, beta=beta, staleness_exponent=p, buffer=C,
                ma_ridge=ridge, ma_window=window, steps_analysed=T,
-               steps=int(len(arrays["by_staleness"])))
+               steps=records.steps)
     return out
 
 
@@ -191,14 +197,14 @@ def heatmap_matrices(run_dir: str | Path) -> dict[str, Any]:
     first :data:`MAX_ANALYSED_STEPS` steps), the target ``M``, and the ``A`` of MA-full and MA-light
     computed on the ``W`` the server saw (``Ŵ`` with privacy), with the scenario."""
     run_dir = Path(run_dir)
-    scenario, arrays = load_run(run_dir)
+    scenario, counts, arrays = load_run(run_dir)
     server = scenario.server
-    T = min(len(arrays["by_staleness"]), MAX_ANALYSED_STEPS)
+    T = min(counts.steps, MAX_ANALYSED_STEPS)
     if T == 0:
         raise RunDirError(f"{run_dir}: the run has no completed server step: nothing to draw")
-    W = weight_matrix(arrays["by_staleness"][:T], server.staleness_exponent, server.buffer)
-    seen = seen_counts(scenario, arrays)
-    W_view = W if seen is None else weight_matrix(seen[:T], server.staleness_exponent, server.buffer)
+    W = weight_matrix(leading_counts(counts, T), server.staleness_exponent, server.buffer)
+    seen = seen_counts(scenario, arrays, T)
+    W_view = W if seen is None else weight_matrix(seen, server.staleness_exponent, server.buffer)
     kind, beta, ridge, window = analysis_of(scenario)
     return {
         "scenario": scenario, "W": W, "M": target_matrix(kind, beta, T),

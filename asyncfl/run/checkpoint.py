@@ -52,6 +52,7 @@ from asyncfl.config.scenario import Scenario, one_upload_per_client
 from asyncfl.errors import CheckpointError
 from asyncfl.run.rundir import torch_bytes, write_bytes
 from asyncfl.sim.state import ClientState, Counters, Records, SimState
+from asyncfl.staleness_counts import StalenessCounts
 
 #: 1: the reflective format of asyncfl ≤ 0.1; 2: without the content digest; 3: before components
 #: (scenario sections with every plug-in's keys, state types by module) — all refused
@@ -62,7 +63,7 @@ CHECKPOINT_NAME = "checkpoint.pt"
 #: declared on each component (``Component.state``) and added by :func:`state_types`.
 STATE_TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (SimState, ClientState, Counters, Records, FleetState, ParticipationState, LocalJob)
+    for cls in (SimState, ClientState, Counters, Records, StalenessCounts, FleetState, ParticipationState, LocalJob)
 }
 
 
@@ -297,6 +298,7 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
     """Every way ``ck``'s state does not fit a simulation of ``scenario`` whose initial state is
     ``fresh``: one line per problem, empty when it fits."""
     problems: list[str] = []
+    problems.extend(_upgrade_records(ck.state.records, fresh.records.by_staleness.columns))
     _compare(ck.state, fresh, "state", problems, skip={"clients"})
     if problems:
         return problems[:10]
@@ -310,13 +312,20 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
             problems.append(message)
 
     check(0 <= steps <= run.steps, f"state.version = {s.version}: the run has run.steps = {run.steps} steps")
-    for name in ("by_staleness", "step_times"):
-        got = len(getattr(s.records, name))
-        check(got == steps, f"state.records.{name}: {got} entries, but {steps} steps were taken")
+    counts = s.records.by_staleness
+    check(counts.steps == steps, f"state.records.by_staleness: {counts.steps} steps, but {steps} steps were taken")
+    check(len(s.records.step_times) == steps, f"state.records.step_times: {len(s.records.step_times)} entries, but {steps} steps were taken")
     if scenario.privacy.enabled:
         check(len(s.records.private_by_staleness) == steps, f"state.records.private_by_staleness: {len(s.records.private_by_staleness)} entries for {steps} steps")
-    accepted = int(sum(int(np.sum(row)) for row in s.records.by_staleness))
-    check(accepted == s.counters.accepted, f"state.counters.accepted = {s.counters.accepted}, but the per-step counts add up to {accepted}")
+    inconsistent = counts.problem()
+    bound = fresh.records.by_staleness.columns  # max_staleness + 1, or 1 (grows) when unbounded
+    if inconsistent:
+        problems.append(f"state.records.by_staleness: {inconsistent}")
+    elif server.max_staleness is not None or not scenario.component("protocol").traits.stale:
+        check(counts.columns == bound, f"state.records.by_staleness: {counts.columns} staleness columns, but the scenario gives {bound}")
+    if not inconsistent:
+        accepted = counts.total()
+        check(accepted == s.counters.accepted, f"state.counters.accepted = {s.counters.accepted}, but the per-step counts add up to {accepted}")
     for name in ("accepted", "dropped_stale", "cancelled_late", "rejected_nonfinite", "rejected_norm", "dropped_offline", "dispatched"):
         check(getattr(s.counters, name) >= 0, f"state.counters.{name} = {getattr(s.counters, name)}: must be ≥ 0")
     check(s.counters.dispatched == s.next_seq, f"state.next_seq = {s.next_seq}, but {s.counters.dispatched} clients were dispatched")
@@ -355,6 +364,25 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
         got = ck.csv_rows.get(name)
         check(isinstance(got, int) and got == want, f"run_dir.csv_rows[{name!r}] = {got!r}, but the state accounts for {want} rows")
     return problems[:10]
+
+
+def _upgrade_records(records: Any, columns: int) -> list[str]:
+    """A checkpoint of asyncfl before issue 27 holds the staleness counts as a list of dense
+    per-step rows (``bincount`` of each step's staleness, ``columns`` long at least): they are
+    read into :class:`StalenessCounts` in place, the same counts. Returns what is wrong with them."""
+    rows = getattr(records, "by_staleness", None)
+    if not isinstance(records, Records) or not isinstance(rows, list):
+        return []
+    try:
+        dense = np.zeros((len(rows), max([columns, *(np.shape(r)[0] for r in rows)])), dtype=np.int64)
+        for i, row in enumerate(rows):
+            if not isinstance(row, np.ndarray) or row.ndim != 1 or row.dtype.kind not in "iu":
+                raise ValueError(f"step {i + 1}'s counts are not a 1-d integer array")
+            dense[i, : len(row)] = row
+        records.by_staleness = StalenessCounts.from_dense(dense)
+    except (ValueError, IndexError, TypeError) as exc:
+        return [f"state.records.by_staleness: {exc}"]
+    return []
 
 
 def _noise_problems(s: SimState, fresh: SimState) -> list[str]:

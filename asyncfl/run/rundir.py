@@ -3,8 +3,9 @@
 * ``scenario.toml`` — the resolved scenario (every default written out);
 * ``metrics.csv`` — one row per evaluation (``METRIC_FIELDS``);
 * ``updates.csv`` — one row per upload that arrived (``UPDATE_FIELDS``);
-* ``counts.npz`` — ``by_staleness[t-1, τ]`` (T×L integers), and with privacy
-  ``private_by_staleness`` (the raw noisy estimates ĉ_τ), and ``coefficients`` (MA weights);
+* ``counts.npz`` — ``by_staleness[t-1, τ]`` (T×L integers, or its non-zero entries when that
+  is over 1 GiB), and with privacy ``private_by_staleness`` (the raw noisy estimates ĉ_τ), and
+  ``coefficients`` (MA weights); written and read by :mod:`asyncfl.run.counts_file`;
 * ``privacy.csv`` — private runs: ε spent after every evaluation step (``PRIVACY_FIELDS``);
 * ``privacy_clients.csv`` — private runs: each client's participations and realised ε
   (``PRIVACY_CLIENT_FIELDS``, docs/privacy.md §11);
@@ -49,6 +50,8 @@ import torch
 from asyncfl.config.files import MAX_JSON_BYTES, open_limited, read_limited
 from asyncfl.errors import RunDirError
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, UpdateRow
+from asyncfl.run.counts_file import RowStream, counts_members, write_npz
+from asyncfl.staleness_counts import StalenessCounts
 
 FORMAT_VERSION = 1
 LOCK_NAME = ".asyncfl.lock"
@@ -414,12 +417,10 @@ class RunWriter:
     def write_scenario(self, toml_text: str) -> None:
         atomic_write(self.path / "scenario.toml", lambda p: p.write_text(toml_text, encoding="utf-8"))
 
-    def write_counts(self, arrays: dict[str, np.ndarray]) -> None:
-        def write(p: Path) -> None:
-            with open(p, "wb") as fh:
-                np.savez_compressed(fh, **arrays)
-
-        atomic_write(self.path / "counts.npz", write)
+    def write_counts(self, counts: StalenessCounts, arrays: dict[str, "np.ndarray | RowStream"]) -> None:
+        """``counts.npz`` (docs/run-directory.md §5): the staleness counts in the layout
+        :func:`counts_members` chooses, then ``arrays`` (each streamed a block of rows at a time)."""
+        atomic_write(self.path / "counts.npz", lambda p: write_npz(p, {**counts_members(counts), **arrays}))
 
     def write_privacy(self, rows: list[dict[str, Any]]) -> None:
         """``privacy.csv``, rewritten whole (atomically): it is derived from the run's state."""
@@ -490,27 +491,6 @@ def csv_prefix(path: Path, fields: tuple[str, ...], rows: int, chunk: int = 1 <<
             digest.update(block[: end + 1])
             size, complete = size + end + 1, rows
     return CsvPrefix(size, digest)
-
-
-MAX_COUNTS_BYTES = 1 << 30  # counts.npz, on disk and its arrays uncompressed
-
-
-def read_counts(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of a ``counts.npz`` (read with ``allow_pickle=False``). The file must be a
-    regular file whose arrays, uncompressed, take at most :data:`MAX_COUNTS_BYTES` (checked from
-    the archive's directory before anything is decompressed: a small archive can expand to any
-    size). Every problem is a RunDirError naming the file."""
-    with open_limited(path, MAX_COUNTS_BYTES, RunDirError) as fh:
-        try:
-            with zipfile.ZipFile(fh) as archive:
-                expanded = sum(info.file_size for info in archive.infolist())
-            if expanded > MAX_COUNTS_BYTES:
-                raise RunDirError(f"{path}: its arrays take {expanded} bytes uncompressed, more than the {MAX_COUNTS_BYTES} read at most")
-            fh.seek(0)
-            with np.load(fh, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-            raise RunDirError(f"{path}: cannot be read as a numpy archive ({exc.__class__.__name__})") from None
 
 
 def truncate(path: Path, size: int) -> None:

@@ -27,7 +27,7 @@ from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
 from asyncfl.privacy import per_client
-from asyncfl.run import bias_report, checkpoint, provenance, rundir, tensorboard
+from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, tensorboard
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
 
@@ -36,15 +36,21 @@ class AlreadyCompleted(RunDirError):
     """``asyncfl resume`` on a completed run: nothing to do (the CLI exits 0)."""
 
 
-def _arrays(sim: Simulation) -> dict[str, np.ndarray]:
-    arrays = {"by_staleness": sim.by_staleness(), "step_time": np.asarray(sim.records.step_times, dtype=np.float64)}
-    private = sim.private_by_staleness()
-    if private is not None:
-        arrays["private_by_staleness"] = private
-    coefficients = sim.coefficients()
-    if coefficients is not None:
-        arrays["coefficients"] = coefficients
+def _arrays(sim: Simulation) -> dict[str, np.ndarray | counts_file.RowStream]:
+    """The arrays of ``counts.npz`` besides the staleness counts (docs/run-directory.md §5); the
+    per-step rows are streamed into the file, never stacked in memory."""
+    records = sim.records
+    arrays: dict[str, np.ndarray | counts_file.RowStream] = {"step_time": np.asarray(records.step_times, dtype=np.float64)}
+    if records.private_by_staleness:
+        arrays["private_by_staleness"] = counts_file.padded_rows(records.private_by_staleness, np.float64)
+    if records.coefficients:
+        arrays["coefficients"] = counts_file.padded_rows(records.coefficients, np.float64)
     return arrays
+
+
+def write_counts(sim: Simulation, writer: rundir.RunWriter) -> None:
+    """``counts.npz`` of the run so far."""
+    writer.write_counts(sim.records.by_staleness, _arrays(sim))
 
 
 def metric_fields(sim: Simulation) -> tuple[str, ...]:
@@ -56,7 +62,7 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
     """Write counts, model, bias and summary for whatever state the run reached. The summary
     comes last: a ``summary.json`` with a final status means every other file is written (a run
     killed before it is resumed, not read back)."""
-    writer.write_counts(_arrays(sim))
+    write_counts(sim, writer)
     if sim.privacy_setup is not None:
         writer.write_privacy(sim.privacy_curve())
         setup, spent = sim.privacy_setup, sim.participation.spent  # type: ignore[union-attr]
@@ -110,7 +116,7 @@ async def _drive(
     try:
         async for event in sim.events():
             if event.metrics is not None:
-                writer.write_counts(_arrays(sim))
+                write_counts(sim, writer)
                 if board is not None:
                     board.on_event(sim, event)
             if every and event.step % every == 0 and event.step < event.total_steps:

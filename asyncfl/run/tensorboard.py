@@ -31,6 +31,7 @@ import numpy as np
 from asyncfl.errors import ScenarioError
 from asyncfl.run.rundir import atomic_write
 from asyncfl.records import StepEvent
+from asyncfl.sim.engine import num_staleness
 
 DIRNAME = "tensorboard"
 SCALARS = {"loss": "eval/loss", "accuracy": "eval/accuracy", "train_loss": "eval/train_loss", "gap": "eval/gap",
@@ -73,10 +74,9 @@ class TensorBoardLog:
         w.add_scalar("updates/accepted", event.accepted, step)
         w.add_scalar("updates/dropped", event.dropped, step)
         w.add_scalar("updates/rejected", event.rejected, step)
-        rows = sim.records.by_staleness[self._since:step]
-        if rows:
-            width = max(len(r) for r in rows)
-            counts = np.sum([np.pad(r, (0, width - len(r))) for r in rows], axis=0)
+        if step > self._since:
+            counts = sim.records.by_staleness.histogram(self._since, step, num_staleness(sim.scenario) or 1)
+            width = len(counts)
             taus = np.repeat(np.arange(width), counts)
             if taus.size:
                 w.add_histogram("staleness/accepted", taus, step, bins=np.arange(width + 1) - 0.5)

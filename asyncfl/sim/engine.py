@@ -58,6 +58,7 @@ from asyncfl.errors import (
     CheckpointError, NumericalFault, ParticipationCapReached, RunInterrupted, SimulationStalled, TraceError,
 )
 from asyncfl.records import MemorySink, Sink, StepEvent, UpdateRow
+from asyncfl.staleness_counts import StalenessCounts
 from asyncfl.server.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
 from asyncfl.server.compose import build_algorithm
@@ -183,7 +184,7 @@ class Simulation:
         self.algo_state = self.algorithm.init(self.theta)
         self.in_flight: dict[int, InFlight] = {}
         self.counters = Counters()
-        self.records = Records()
+        self.records = Records(StalenessCounts(num_staleness(scenario) or 1))
         self._seq = 0
         self._eval_staleness: list[int] = []
         self.last_metrics: dict[str, float] = {}
@@ -489,8 +490,7 @@ class Simulation:
 
     def _record_step(self, step: int, accepted: list[tuple[InFlight, int, torch.Tensor]], info: StepInfo) -> None:
         taus = np.array([tau for _, tau, _ in accepted], dtype=np.int64)
-        length = num_staleness(self.scenario) or int(taus.max(initial=0)) + 1
-        self.records.by_staleness.append(np.bincount(taus, minlength=length))
+        self.records.by_staleness.add(taus)
         if info.private_counts is not None:
             self.records.private_by_staleness.append(np.asarray(info.private_counts, dtype=np.float64))
         if info.coefficients is not None:
@@ -582,8 +582,9 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------------
     def by_staleness(self) -> np.ndarray:
-        """``by_staleness[t-1, τ]`` (T×L integers, docs/protocol.md)."""
-        return _stack(self.records.by_staleness, np.int64)
+        """``by_staleness[t-1, τ]`` (T×L integers, docs/protocol.md), dense: tests and small runs;
+        the run directory writes ``self.records.by_staleness`` without densifying it."""
+        return self.records.by_staleness.dense()
 
     def private_by_staleness(self) -> np.ndarray | None:
         return _stack(self.records.private_by_staleness, np.float64) if self.records.private_by_staleness else None

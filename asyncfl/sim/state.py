@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from asyncfl.staleness_counts import StalenessCounts
+
 if TYPE_CHECKING:
     import torch
 
@@ -58,15 +60,17 @@ class Counters:
 @dataclass(slots=True)
 class Records:
     """Per-step records of the run (``counts.npz``): one entry per server step taken. Appended
-    to as the run goes; ``SimState`` holds a copy (:meth:`snapshot`)."""
+    to as the run goes; ``SimState`` holds a copy (:meth:`snapshot`). The staleness counts keep
+    only their non-zero entries (:class:`~asyncfl.staleness_counts.StalenessCounts`: their size
+    follows the uploads accepted, not ``max_staleness``)."""
 
-    by_staleness: list[np.ndarray] = field(default_factory=list)  # C_{t,·} by staleness (int64)
+    by_staleness: StalenessCounts = field(default_factory=StalenessCounts)  # C_{t,τ}, sparse
     private_by_staleness: list[np.ndarray] = field(default_factory=list)  # raw noisy ĉ_τ, private runs
     coefficients: list[np.ndarray] = field(default_factory=list)  # a_t or (u_t, v_t), MA rules
     step_times: list[float] = field(default_factory=list)  # virtual time of each step
 
     def snapshot(self) -> "Records":
-        return Records(list(self.by_staleness), list(self.private_by_staleness), list(self.coefficients), list(self.step_times))
+        return Records(self.by_staleness.snapshot(), list(self.private_by_staleness), list(self.coefficients), list(self.step_times))
 
 
 class ClientState(NamedTuple):
