@@ -87,3 +87,16 @@ def test_datasets_pooled_benchmark_learns_the_twin():
     final, best = train_pooled(build_task(cfg, clients, 0), steps=60, lr=lr, batch=batch, eval_every=30, shuffle_seed=0)
     assert 0.05 < final <= best <= 1.0  # above chance (1/62) after 60 steps
     assert PUBLISHED["mnist1d cnn"] == 0.94
+
+
+def test_scale_benchmark_measures_one_size_in_a_fresh_process():
+    """benchmarks/scale.py at a toy size: the child process builds a diurnal population of 300
+    clients (speeds and busy flags, 9 bytes a client; the schedule's three arrays, 17), runs 30
+    steps of C = 5 and reports its own peak RSS, which includes its baseline after imports."""
+    from benchmarks import scale
+
+    row = scale.in_fresh_process(300, 30, 5, 150, "diurnal")
+    assert row["arrivals"] >= 150 and row["population_bytes"] == 300 * (9 + 17)
+    assert row["peak_rss_bytes"] >= row["baseline_rss_bytes"] > 0 and row["arrivals_per_s"] > 0
+    line = scale.report([row]).splitlines()[1]
+    assert line.split()[:3] == ["300", "30", f"{row['arrivals']:,}"] and line.endswith(f"{row['load_after']:<4.1f}")
