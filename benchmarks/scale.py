@@ -1,7 +1,8 @@
 """Scale: FedBuff (C = 100) with a zero-cost task on 10⁶ clients with 10⁴ in flight and on 10⁷
 clients with 10⁵ in flight, 10⁶ arrivals each (10⁴ server steps). For each size: the time to
 build the simulation (the population), the wall time of the run, arrivals per second, the
-population's own arrays, and the peak resident memory (``ru_maxrss``) of a fresh process that
+population's own arrays, the CPU time of the run (less sensitive than the wall time to other
+processes on a shared machine), and the peak resident memory (``ru_maxrss``) of a fresh process that
 runs only that size, so a smaller size's figure is not masked by a larger one's, next to the
 target (issue 27: < 8 GB at 10⁷ clients). The in-memory sink keeps every ``updates.csv`` row
 (about 220 bytes each: 10⁶ rows are ~220 MB of every figure); the baseline is the process
@@ -64,13 +65,13 @@ def measure(clients: int, concurrency: int, buffer: int, arrivals: int, availabi
     start = time.perf_counter()
     sim = Simulation(scenario, task=null_task(), executor=NullExecutor())
     built = time.perf_counter() - start
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     asyncio.run(sim.run())
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     done = len(sim.sink.updates)
     return {
         "clients": clients, "concurrency": concurrency, "buffer": buffer, "arrivals": done, "availability": availability,
-        "build_s": built, "wall_s": wall, "arrivals_per_s": done / wall, "population_bytes": population_bytes(sim),
+        "build_s": built, "wall_s": wall, "cpu_s": cpu, "arrivals_per_s": done / wall, "population_bytes": population_bytes(sim),
         "peak_rss_bytes": peak_rss_bytes(), "baseline_rss_bytes": baseline,
         "load_before": load_before, "load_after": os.getloadavg()[0],
     }
@@ -91,14 +92,14 @@ def mib(n: float) -> str:
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'clients':>11} {'in flight':>9} {'arrivals':>9} {'build':>7} {'wall':>7} {'arrivals/s':>10} "
+    head = (f"{'clients':>11} {'in flight':>9} {'arrivals':>9} {'build':>7} {'wall':>7} {'cpu':>7} {'arrivals/s':>10} "
             f"{'population':>11} {'peak RSS':>10} {'baseline':>9} {'target':>10} {'met':>3} {'load':>9}")
     lines = [head]
     for r in rows:
         target = TARGET_BYTES.get(r["clients"])
         met = "-" if target is None else "yes" if r["peak_rss_bytes"] < target else "NO"
         lines.append(
-            f"{r['clients']:>11,} {r['concurrency']:>9,} {r['arrivals']:>9,} {r['build_s']:>6.1f}s {r['wall_s']:>6.1f}s "
+            f"{r['clients']:>11,} {r['concurrency']:>9,} {r['arrivals']:>9,} {r['build_s']:>6.1f}s {r['wall_s']:>6.1f}s {r['cpu_s']:>6.1f}s "
             f"{r['arrivals_per_s']:>10,.0f} {mib(r['population_bytes']):>11} {mib(r['peak_rss_bytes']):>10} "
             f"{mib(r['baseline_rss_bytes']):>9} {'< ' + mib(target) if target else '-':>10} {met:>3} "
             f"{r['load_before']:>4.1f}→{r['load_after']:<4.1f}"

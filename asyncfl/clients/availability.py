@@ -15,6 +15,9 @@ integer ``j``).
 All window boundaries are computed by one expression (``start + j·P``), so the time returned by
 :meth:`Schedule.next_online` is online and the time returned by :meth:`Schedule.offline_time`
 is offline when tested with :meth:`Schedule.online` — no float round-off between the two.
+
+Nothing here is a Python object per client (docs/architecture.md §10): a diurnal schedule is three
+arrays (:class:`Diurnal`), a trace one profile per trace client and an index a client.
 """
 
 from __future__ import annotations

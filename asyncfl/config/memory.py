@@ -27,10 +27,11 @@ The estimate (bytes) is the sum of these parts, each from the resolved scenario 
   and 8 more for the fixed per-client latencies of device profiles; the participation ledger of
   a private or one-upload run, ``LEDGER_BYTES_PER_CLIENT`` = 17 (int64 participations and last
   step, a pending flag); the availability model's own arrays through its ``memory`` trait
-  (diurnal: 17 bytes a client, :func:`asyncfl.components.builtin`). No part is a Python object
+  (diurnal: 17 bytes a client, :mod:`asyncfl.components.builtin`). No part is a Python object
   per client (docs/architecture.md §10);
 * **clients in flight** — ``IN_FLIGHT_BYTES`` of bookkeeping each (the engine's record of the
-  dispatch, its job, future and clock event: measured at ~1 kB), beside their model vectors;
+  dispatch, its job, future and clock event: 1.25 kB measured with 10⁵ in flight), beside their
+  model vectors;
 * **the interpreter and torch** — :data:`BASE_BYTES`.
 
 The machine's memory is the smaller of the physical memory and the control group's limit
@@ -58,7 +59,7 @@ BASE_BYTES = 400 << 20
 FIXED_MODEL_COPIES = 10
 POPULATION_BYTES_PER_CLIENT = 9
 LEDGER_BYTES_PER_CLIENT = 17
-IN_FLIGHT_BYTES = 1024
+IN_FLIGHT_BYTES = 1280
 STEP_RECORD_OVERHEAD = 200
 #: a process worker's own interpreter and torch
 WORKER_BASE_BYTES = 300 << 20
