@@ -6,6 +6,10 @@ closeness)."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,8 @@ from asyncfl.config import memory
 from asyncfl.sim.engine import Simulation
 
 from conftest import make_scenario
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def per_client_diurnal(clients: int, period: float, fraction: float, rng: np.random.Generator) -> Schedule:
@@ -132,3 +138,34 @@ def test_the_memory_estimate_counts_the_population_as_built():
     ledger = Simulation(private).participation
     parts = {p.what: p.bytes for p in memory.estimate(private).parts}
     assert parts["the participation ledger"] == ledger.spent.nbytes + ledger.pending.nbytes + ledger.last_step.nbytes
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc/self/statm")
+def test_the_estimate_of_the_population_and_the_clients_in_flight_is_close_to_the_measured_memory():
+    """In a fresh process, 10⁶ clients and 2·10⁴ in flight (the zero-cost task of
+    benchmarks/scale.py): the growth of resident memory while the simulation is built and its
+    first clients dispatched is within [0.7, 1.5]× the estimate's population and in-flight parts
+    (9 bytes a client, 1.25 kB a client in flight: about 34 MB)."""
+    script = """
+import asyncio, os
+from asyncfl.compute.executors import NullExecutor
+from asyncfl.config.memory import estimate
+from asyncfl.sim.engine import Simulation
+from benchmarks.common import engine_scenario, null_task
+resident = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+scenario = engine_scenario(1_000_000, 20_000, 100, 1)
+before = resident()
+async def first_step():
+    sim = Simulation(scenario, task=null_task(), executor=NullExecutor())
+    await sim.events().__anext__()
+    print(resident() - before, len(sim.in_flight))
+asyncio.run(first_step())
+parts = {p.what: p.bytes for p in estimate(scenario).parts}
+print(parts["the population (speeds, busy flags)"] + parts["clients in flight (bookkeeping)"])
+"""
+    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (measured, in_flight), (estimated,) = (map(int, line.split()) for line in proc.stdout.split("\n")[:2])
+    assert in_flight >= 19_900 and 0.7 * measured < estimated < 1.5 * measured, (measured, estimated)
