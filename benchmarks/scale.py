@@ -5,7 +5,7 @@ population's own arrays, the CPU time of the run (less sensitive than the wall t
 processes on a shared machine), and the peak resident memory (``ru_maxrss``) of a fresh process that
 runs only that size, so a smaller size's figure is not masked by a larger one's, next to the
 target (issue 27: < 8 GB at 10⁷ clients). The in-memory sink keeps every ``updates.csv`` row
-(about 220 bytes each: 10⁶ rows are ~220 MB of every figure); the baseline is the process
+(about 230 bytes each: 10⁶ rows are ~220 MiB of every figure); the baseline is the process
 after its imports (Python, numpy, torch). The load average is printed before and after each
 size: the machine may be shared.
 
