@@ -24,10 +24,13 @@ def null_task() -> Task:
                 classification=False, initial_theta=torch.zeros(1, dtype=torch.float64))
 
 
-def engine_scenario(clients: int, concurrency: int, buffer: int, steps: int, seed: int = 0) -> sc.Scenario:
+def engine_scenario(clients: int, concurrency: int, buffer: int, steps: int, seed: int = 0,
+                    availability: str = "always") -> sc.Scenario:
+    """FedBuff on ``clients`` log-normal-speed clients (σ = 0.5) with exponential latencies;
+    ``availability``: the population's availability model (its default keys)."""
     return sc.validate({
         "name": "engine-bench", "seed": seed,
-        "population": {"clients": clients, "speed_sigma": 0.5},
+        "population": {"clients": clients, "speed_sigma": 0.5, "availability": availability},
         "latency": {"dist": "exponential", "mean": 1.0},
         "task": {"name": "quadratic", "dim": 1, "samples_per_client": 1},  # not built: null_task is passed
         "client": {"lr": 0.1, "local_steps": 1},

@@ -100,3 +100,16 @@ def test_records_benchmark_measures_a_bounded_run_and_reads_its_dense_file_back(
     read = records.worker_read(tmp_path / "old.npz")
     assert old["shape"] == read["shape"] == [20, 100_001] and read["entries"] == run["entries"] and read["total"] == 20 * 10
     assert records.worker_bias(tmp_path / "run")["wall"] > 0
+
+
+def test_scale_benchmark_measures_one_size_in_a_fresh_process():
+    """benchmarks/scale.py at a toy size: the child process builds a diurnal population of 300
+    clients (speeds and busy flags, 9 bytes a client; the schedule's three arrays, 17), runs 30
+    steps of C = 5 and reports its own peak RSS, which includes its baseline after imports."""
+    from benchmarks import scale
+
+    row = scale.in_fresh_process(300, 30, 5, 150, "diurnal")
+    assert row["arrivals"] >= 150 and row["population_bytes"] == 300 * (9 + 17)
+    assert row["peak_rss_bytes"] >= row["baseline_rss_bytes"] > 0 and row["arrivals_per_s"] > 0
+    line = scale.report([row]).splitlines()[1]
+    assert line.split()[:3] == ["300", "30", f"{row['arrivals']:,}"] and line.endswith(f"{row['load_after']:<4.1f}")

@@ -167,11 +167,15 @@ class AvailabilityTrace:
     finish_time: tuple[float | None, ...]
 
     def schedule(self, clients: int, seconds_per_unit: float) -> Schedule:
-        """Windows of simulated clients ``0..clients-1`` in virtual time (``s / seconds_per_unit``)."""
-        picks = [k % len(self.ids) for k in range(clients)]
+        """Windows of simulated clients ``0..clients-1`` in virtual time (``s / seconds_per_unit``):
+        one profile per trace client used, and client ``k`` follows profile ``k mod D`` (an int32
+        index a client when the population outnumbers the ``D`` trace clients)."""
+        d = len(self.ids)
+        used = range(min(clients, d))
         scale = 1.0 / seconds_per_unit
-        periods = [None if self.finish_time[i] is None else self.finish_time[i] * scale for i in picks]
-        return Schedule([self.active[i] * scale for i in picks], [self.inactive[i] * scale for i in picks], periods)
+        periods = [None if self.finish_time[i] is None else self.finish_time[i] * scale for i in used]
+        profile_of = np.arange(clients, dtype=np.int32) % np.int32(d) if clients > d else None
+        return Schedule([self.active[i] * scale for i in used], [self.inactive[i] * scale for i in used], periods, profile_of)
 
 
 def load_availability(path: str | Path) -> AvailabilityTrace:

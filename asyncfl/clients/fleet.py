@@ -32,9 +32,15 @@ if TYPE_CHECKING:
 
 def draw_speeds(pop: sc.PopulationConfig, rng: np.random.Generator) -> np.ndarray:
     """``speed_k = exp(σ z_k)`` (``σ = speed_sigma``), times ``slow_factor`` for the
-    ``round(slow_fraction × N)`` clients of a uniform random permutation's head."""
+    ``round(slow_fraction × N)`` clients of a uniform random permutation's head. Eight bytes a
+    client (docs/architecture.md §10): the same float64 operations as ``exp(σ · z)``, done in place."""
     n = pop.clients
-    speeds = np.exp(pop.speed_sigma * rng.standard_normal(n)) if pop.speed_sigma > 0 else np.ones(n)
+    if pop.speed_sigma > 0:
+        speeds = rng.standard_normal(n)  # computed in place: one array of N float64, no temporaries
+        speeds *= pop.speed_sigma
+        np.exp(speeds, out=speeds)
+    else:
+        speeds = np.ones(n)
     slow = int(round(pop.slow_fraction * n))
     if slow > 0:
         speeds[rng.permutation(n)[:slow]] *= pop.slow_factor
@@ -115,8 +121,8 @@ class Fleet:
         """Earliest time after ``now`` at which an idle client comes online (``inf``: never)."""
         if self.availability is None:
             return math.inf
-        idle = np.flatnonzero(self._idle())
-        return min((self.availability.next_online(int(k), now) for k in idle), default=math.inf)
+        times = self.availability.next_online_all(now)[self._idle()]  # every client at once, no Python loop
+        return float(times.min()) if times.size else math.inf
 
     def explain_stall(self, now: float, steps_done: int, total_steps: int) -> str | None:
         """Why nothing can happen any more (None: no explanation)."""

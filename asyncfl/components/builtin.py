@@ -63,6 +63,18 @@ def _ca2fl_memory(cfg: None, shape: MemoryShape) -> tuple[MemoryPart, ...]:
                        ("population.clients", "task")),)
 
 
+def _diurnal_memory(cfg: Any, shape: MemoryShape) -> tuple[MemoryPart, ...]:
+    """A diurnal schedule's window starts and ends (float64) and always-online flags: 17 bytes a
+    client (asyncfl.clients.availability.Diurnal)."""
+    return (MemoryPart("the diurnal availability schedule", 17 * shape.clients, ("population.clients",)),)
+
+
+def _trace_memory(cfg: Any, shape: MemoryShape) -> tuple[MemoryPart, ...]:
+    """A trace's clients map onto its profiles by an int32 index, 4 bytes a client (the profiles
+    themselves are the file's windows, bounded by the file size)."""
+    return (MemoryPart("the availability trace's index of profiles", 4 * shape.clients, ("population.clients",)),)
+
+
 def _noise_memory(rows: Any) -> Any:
     """A correlated-noise stream keeps ``rows(cfg)`` past noise vectors of ``d + L`` float64
     entries (docs/privacy.md §12)."""
@@ -124,9 +136,10 @@ COMPONENTS: tuple[Component, ...] = (
     # -- availability (docs/protocol.md §6) -----------------------------------------------------------
     Component("availability", "always", "asyncfl.clients.availability:always", summary="every client always online"),
     Component("availability", "diurnal", "asyncfl.clients.availability:build_diurnal", DiurnalConfig,
-              summary="online a fraction of every period, from a per-client phase"),
+              AvailabilityTraits(memory=_diurnal_memory), summary="online a fraction of every period, from a per-client phase"),
     Component("availability", "trace", "asyncfl.clients.fedscale:build_availability", TraceAvailabilityConfig,
-              AvailabilityTraits(check=checks.check_trace_availability), summary="a FedScale availability trace"),
+              AvailabilityTraits(check=checks.check_trace_availability, memory=_trace_memory),
+              summary="a FedScale availability trace"),
 
     # -- protocols (docs/protocol.md) -----------------------------------------------------------------
     Component("protocol", "fedbuff", "asyncfl.sim.protocols:FedBuffProtocol", FedBuffConfig,

@@ -29,7 +29,16 @@ The estimate (bytes) is the sum of these parts, each from the resolved scenario 
   ``T'×T'`` float64, twice with privacy; stale protocols only). The rules' own records
   (MA-full's ``a_t``) are their ``memory`` traits'. A scenario whose records exceed
   :data:`RECORDS_WARN_BYTES` is run, with a warning naming the keys (:func:`record_warning`);
-* **fleet** — ``FLEET_BYTES_PER_CLIENT`` per client (speeds, busy flags, availability phases);
+* **the population** — ``POPULATION_BYTES_PER_CLIENT`` = 9 per client (a float64 speed and a
+  busy flag), 8 more while ``slow_fraction > 0`` picks the slow clients (an int64 permutation)
+  and 8 more for the fixed per-client latencies of device profiles; the participation ledger of
+  a private or one-upload run, ``LEDGER_BYTES_PER_CLIENT`` = 17 (int64 participations and last
+  step, a pending flag); the availability model's own arrays through its ``memory`` trait
+  (diurnal: 17 bytes a client, :mod:`asyncfl.components.builtin`). No part is a Python object
+  per client (docs/architecture.md §10);
+* **clients in flight** — ``IN_FLIGHT_BYTES`` of bookkeeping each (the engine's record of the
+  dispatch, its job, future and clock event: 1.25 kB measured with 10⁵ in flight), beside their
+  model vectors;
 * **the interpreter and torch** — :data:`BASE_BYTES`.
 
 The machine's memory is the smaller of the physical memory and the control group's limit
@@ -47,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asyncfl.components.traits import MemoryPart, MemoryShape
+from asyncfl.config.scenario import one_upload_per_client
 from asyncfl.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -54,7 +64,6 @@ if TYPE_CHECKING:
 
 BASE_BYTES = 400 << 20
 FIXED_MODEL_COPIES = 10
-FLEET_BYTES_PER_CLIENT = 64
 #: bytes of one ``(t, τ, count)`` entry of the staleness counts, and how many copies exist at the
 #: peak (the buffer's doubling capacity: 2, the copy written: 1, the copy read back: 1)
 COUNT_ENTRY_BYTES, COUNT_ENTRY_COPIES = 24, 4  # asyncfl.staleness_counts.ENTRY_BYTES (this module imports no numpy)
@@ -67,6 +76,9 @@ STEP_TIME_BYTES, EVAL_STALENESS_BYTES = 40, 36
 BIAS_REPORT_STEPS, BIAS_MATRICES = 2000, 12
 #: per-step records above this are run with a warning (``asyncfl run`` and ``validate`` print it)
 RECORDS_WARN_BYTES = 500_000_000
+POPULATION_BYTES_PER_CLIENT = 9
+LEDGER_BYTES_PER_CLIENT = 17
+IN_FLIGHT_BYTES = 1280
 #: a process worker's own interpreter and torch
 WORKER_BASE_BYTES = 300 << 20
 
@@ -166,9 +178,22 @@ def estimate(scenario: Scenario) -> MemoryEstimate:
         own = component.traits.memory(scenario.config_of(kind), shape)
         parts.extend(own)
     parts.extend(record_parts(scenario))
-    parts.append(Part("the fleet", n * FLEET_BYTES_PER_CLIENT, ("population.clients",)))
+    parts.extend(population_parts(scenario))
+    parts.append(Part("clients in flight (bookkeeping)", in_flight * IN_FLIGHT_BYTES, (f"server.{in_flight_key}",)))
     parts.append(Part("the interpreter and torch", BASE_BYTES, ()))
     return MemoryEstimate(tuple(parts))
+
+
+def population_parts(scenario: Scenario) -> list[Part]:
+    """The population's arrays (module docstring): speeds and busy flags, the slow clients'
+    permutation, fixed per-client latencies, the participation ledger."""
+    pop, n = scenario.population, scenario.population.clients
+    per_client = POPULATION_BYTES_PER_CLIENT + 8 * (pop.slow_fraction > 0)
+    per_client += 8 * (scenario.component("latency").traits.mode == "profiles")
+    parts = [Part("the population (speeds, busy flags)", n * per_client, ("population.clients",))]
+    if one_upload_per_client(scenario):
+        parts.append(Part("the participation ledger", n * LEDGER_BYTES_PER_CLIENT, ("population.clients", "privacy.enabled")))
+    return parts
 
 
 def _read_int(path: str) -> int | None:
