@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from asyncfl.config.scenario import ClientConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LocalJob:
     """One local training job. ``start`` is the initial iterate; ``centre`` the prox centre
     (used when ``mu > 0`` or by the exact solver). ``local_steps``, when set, replaces

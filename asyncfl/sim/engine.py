@@ -225,18 +225,16 @@ class Simulation:
         now = self.env.now
         if self.participation is not None:
             self.participation.reserve(client)
-        self.fleet.busy[client] = True
-        seed = rngmod.job_seed(self.streams["jobs"])
-        arrival, offline = self.fleet.schedule(client, now, self.streams["latency"])
+        fleet, streams = self.fleet, self.streams
+        fleet.busy[client] = True
+        seed = rngmod.job_seed(streams["jobs"])
+        arrival, offline = fleet.schedule(client, now, streams["latency"])
         job = self.algorithm.make_job(client, self.theta, seed, self.algo_state)
-        self._seq += 1
-        rec = InFlight(
-            seq=self._seq, client=client, version=self.version, dispatch_time=now,
-            arrival_time=arrival, job=job, future=self.executor.submit(job), offline_time=offline,
-        )
-        self.in_flight[rec.seq] = rec
+        self._seq = seq = self._seq + 1
+        rec = InFlight(seq, client, self.version, now, arrival, job, self.executor.submit(job), None, offline)
+        self.in_flight[seq] = rec
         self.counters.dispatched += 1
-        self.launch(rec)
+        rec.arrival = Arrival(self.env, offline if offline < arrival else arrival, self._client_life, rec)  # launch()
         return rec
 
     def launch(self, rec: InFlight) -> None:
@@ -246,7 +244,8 @@ class Simulation:
     def _client_life(self, rec: InFlight) -> None:
         """The end of a client's job: its upload at ``arrival_time``, or the drop of its update
         when it goes offline first (not called for a cancelled straggler)."""
-        goes_offline, end = rec.goes_offline, rec.end_time
+        goes_offline = rec.offline_time < rec.arrival_time
+        end = rec.offline_time if goes_offline else rec.arrival_time
         self.in_flight.pop(rec.seq, None)
         self.fleet.busy[rec.client] = False
         if self.finished:
