@@ -5,7 +5,9 @@ Workload (issue 6): gaussian-mlp (dim 32, 10 classes, 50 samples per client, hid
 (a) sync, cohort 50, 50 rounds; (b) FedBuff K = 100, C = 50, 50 steps.
 pfl (``pip install pfl``; not a dependency) runs workload (a) on the same data and model; it
 has no buffered asynchronous protocol, so (b) is compared with pfl's sync run (same local work
-per update). Two rates per run: ``total`` (wall time of the whole run, worker start-up and
+per update). Beside both, in the same rounds, a bare batched kernel of the same training
+(:func:`bare_kernel`: a cohort of 50 clients × 5 local steps of the 32-64-10 MLP as ``bmm``
+products, one thread, no simulator around it: the physical bound on one core). Two rates per run: ``total`` (wall time of the whole run, worker start-up and
 shutdown included) and ``steady`` (from the first server step to the last: start-up and
 shutdown excluded). ``--repeat`` rounds run
 every measurement once each, pfl's as well, and the best rate of each is reported (as ``timeit``
@@ -14,17 +16,29 @@ measurement of asyncfl spans back-to-back runs as long as the round's pfl run to
 both average the machine's slow spells over the same length of time.
 
     python -m benchmarks.throughput [--executors inline,batched,threads,processes,ray] [--workers 2] [--repeat 5]
+                                    [--pfl-python /path/to/python]
+
+pfl conflicts with asyncfl's pins (it needs ``dp-accounting < 0.6``), so it may live in another
+environment: ``--pfl-python PATH`` runs this module's ``--pfl-worker`` there (that environment
+needs torch, pfl, pydantic and numpy; it imports asyncfl from this checkout).
+
+Targets (issue 27), printed next to the measured ratios: inline batched ≥ 80 % of the bare
+kernel, and ≥ 25× pfl; each a median over rounds of the ratio measured in one round.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from asyncfl.config import scenario as sc
@@ -99,6 +113,71 @@ def run_pfl() -> tuple[float, float] | None:
     return ROUNDS * COHORT / (t.end - t.start), (ROUNDS - 1) * COHORT / max(t.end - t.first, 1e-9)
 
 
+def bare_kernel(min_seconds: float = 0.0) -> tuple[float, float]:
+    """``(total, steady)`` client updates per second of the workload's training alone: every
+    round a cohort of ``COHORT`` clients (drawn without replacement), each client's samples in a
+    fresh random order cut into batches of 10 (one epoch: 5 steps), 5 SGD steps at lr 0.1 of
+    all ``COHORT`` MLPs 32-64-10 at once (forward and backward as batched matrix products:
+    ``z₁ = x W₁ᵀ + b₁``, ``a = relu(z₁)``, ``z₂ = a W₂ᵀ + b₂``, ``∂z₂ = (softmax(z₂) − onehot(y)) / 10``,
+    ``∂W₂ = ∂z₂ᵀ a``, ``∂z₁ = (∂z₂ W₂) ⊙ [z₁ > 0]``, ``∂W₁ = ∂z₁ᵀ x``, biases the column sums) and the
+    server's step ``θ ← θ − mean_k(θ − θ_k)``: the same arithmetic as the batched run, with nothing
+    around it (no events, no per-client random streams, no records). Back-to-back sets of
+    ``ROUNDS`` rounds lasting ``min_seconds`` together (at least one set); one thread."""
+    from asyncfl.tasks.common import task_streams
+    from asyncfl.tasks.gaussian_mlp import gaussian_mlp_data
+
+    rng, _ = task_streams(0)
+    dim, hidden, classes, n = TASK["dim"], TASK["hidden"], TASK["classes"], TASK["samples_per_client"]
+    clients, _, _ = gaussian_mlp_data(CLIENTS, dim, classes, n, rng)
+    X = torch.from_numpy(np.stack([x for x, _ in clients]))  # (N, n, dim)
+    Y = torch.from_numpy(np.stack([y for _, y in clients])).long()
+    gen = torch.Generator().manual_seed(0)
+    lr, batch, G = 0.1, 10, COHORT
+    steps = n // batch
+    W1, b1 = torch.randn(hidden, dim, generator=gen) * 0.1, torch.zeros(hidden)
+    W2, b2 = torch.randn(classes, hidden, generator=gen) * 0.1, torch.zeros(classes)
+    sets: list[tuple[float, float]] = []
+    while not sets or sum(s for s, _ in sets) < min_seconds:
+        start = first = time.perf_counter()
+        for r in range(ROUNDS):
+            cohort = torch.randperm(CLIENTS, generator=gen)[:G]
+            order = torch.rand(G, n, generator=gen).argsort(dim=1)  # each client's epoch order
+            x = X[cohort[:, None], order].view(G, steps, batch, dim).transpose(0, 1)  # (steps, G, batch, dim)
+            onehot = torch.nn.functional.one_hot(Y[cohort[:, None], order], classes).to(X.dtype)
+            onehot = onehot.view(G, steps, batch, classes).transpose(0, 1)
+            w1, c1 = W1.expand(G, -1, -1).clone(), b1.expand(G, -1).clone()
+            w2, c2 = W2.expand(G, -1, -1).clone(), b2.expand(G, -1).clone()
+            for t in range(steps):
+                z1 = torch.baddbmm(c1.unsqueeze(1), x[t], w1.transpose(1, 2))
+                a = torch.relu(z1)
+                z2 = torch.baddbmm(c2.unsqueeze(1), a, w2.transpose(1, 2))
+                e = (z2 - z2.amax(-1, keepdim=True)).exp_()
+                dz2 = (e / e.sum(-1, keepdim=True) - onehot[t]) / batch
+                dz1 = torch.ops.aten.threshold_backward(torch.bmm(dz2, w2), z1, 0)
+                w2.sub_(torch.bmm(dz2.transpose(1, 2), a), alpha=lr)
+                c2.sub_(dz2.sum(1), alpha=lr)
+                w1.sub_(torch.bmm(dz1.transpose(1, 2), x[t]), alpha=lr)
+                c1.sub_(dz1.sum(1), alpha=lr)
+            W1, b1, W2, b2 = w1.mean(0), c1.mean(0), w2.mean(0), c2.mean(0)  # θ − mean(θ − θ_k)
+            if r == 0:
+                first = time.perf_counter()
+        end = time.perf_counter()
+        sets.append((end - start, end - first))
+    total = len(sets) * ROUNDS * COHORT / sum(s for s, _ in sets)
+    return total, len(sets) * (ROUNDS - 1) * COHORT / max(sum(f for _, f in sets), 1e-9)
+
+
+def pfl_elsewhere(python: str) -> tuple[float, float] | None:
+    """:func:`run_pfl` run by ``python`` (an environment with pfl installed)."""
+    out = subprocess.run([python, "-m", "benchmarks.throughput", "--pfl-worker"], capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return None if result is None else tuple(result)
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} (range {min(values):.2f}–{max(values):.2f})"
+
+
 def best_of(runs: list[tuple[float, float] | None]) -> tuple[float, float] | None:
     """The best ``(total, steady)`` rates of several runs (each maximised on its own)."""
     if not runs or runs[0] is None:
@@ -126,11 +205,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--protocols", default="sync,fedbuff")
     parser.add_argument("--repeat", type=int, default=5, help="rounds of runs; the best of each measurement is reported")
+    parser.add_argument("--pfl-python", default=None, help="a python with pfl installed (default: this one)")
+    parser.add_argument("--pfl-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.pfl_worker:
+        print(json.dumps(run_pfl()))
+        return
     executors = [e for e in args.executors.split(",") if e != "ray" or ray_available()]
     configs = [(protocol, executor) for executor in executors for protocol in args.protocols.split(",")]
-    runs: dict[tuple[str, str], list] = {("sync", "pfl"): [], **{c: [] for c in configs}}
+    runs: dict[tuple[str, str], list] = {("sync", "pfl"): [], ("sync", "bare kernel"): [], **{c: [] for c in configs}}
     # Rounds: every measurement once per round, so that a slow spell of the machine (they last
     # minutes on a shared VM) touches all measurements alike; the process and Ray executors,
     # whose workers may linger a moment after shutdown, come last in a round, then a pause.
@@ -139,16 +223,18 @@ def main() -> None:
     # run that averages over them.
     for r in range(max(args.repeat, 1)):
         print(f"round {r + 1}/{args.repeat} …", file=sys.stderr, flush=True)
-        pfl_run = run_pfl()
+        pfl_run = pfl_elsewhere(args.pfl_python) if args.pfl_python else run_pfl()
         runs[("sync", "pfl")].append(pfl_run)
         window = ROUNDS * COHORT / pfl_run[0] if pfl_run else 0.0
+        runs[("sync", "bare kernel")].append(bare_kernel(min_seconds=window))
         for protocol, executor in configs:
             runs[(protocol, executor)].append(run_asyncfl(protocol, executor, args.workers, min_seconds=window))
         if {"processes", "ray"} & set(executors):
             time.sleep(2.0)
     pfl_runs = runs.pop(("sync", "pfl"))
     pfl = best_of(pfl_runs)
-    print(f"torch threads 1, workers {args.workers}, best of {args.repeat}; pfl: " + ("installed" if pfl else "not installed"))
+    print(f"torch threads 1, workers {args.workers}, best of {args.repeat}; pfl: " + ("installed" if pfl else "not installed")
+          + "; load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     if pfl:
         print(f"pfl sync (FederatedAveraging, SimulatedBackend): {pfl[0]:9.0f} updates/s total, {pfl[1]:9.0f} steady")
     header = (f"{'protocol':8} {'executor':10} {'updates/s':>10} {'steady':>10} {'÷pfl':>7} {'÷pfl steady':>11} "
@@ -161,6 +247,16 @@ def main() -> None:
         print(f"{protocol:8} {executor:10} {total:10.0f} {steady:10.0f} {ratio}")
     print("÷pfl, ÷pfl steady: best rate over best rate; ÷pfl paired: median over rounds of the ratio of "
           "the two total rates measured in the same round")
+    bare = runs[("sync", "bare kernel")]
+    print("targets (issue 27), median over rounds of the ratio of total rates measured in one round (range):")
+    for protocol in args.protocols.split(","):
+        if (protocol, "batched") not in runs:
+            continue
+        batched = runs[(protocol, "batched")]
+        line = (f"   {protocol:8} batched ÷ bare kernel {spread([b[0] / k[0] for b, k in zip(batched, bare)])} (target ≥ 0.80)")
+        if pfl:
+            line += f";  ÷ pfl {spread([b[0] / p[0] for b, p in zip(batched, pfl_runs)])} (target ≥ 25)"
+        print(line)
     if "ray" in args.executors.split(",") and "ray" not in executors:
         print("ray: not installed")
 
