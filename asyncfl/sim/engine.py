@@ -398,11 +398,13 @@ class Simulation:
         if not self._started:
             self._start()
         try:
+            env = self.env  # fixed once started (restore() replaces it before the start only)
+            queue, step = env._queue, env.step  # env.peek() is queue[0][0], inf when empty
             while self.steps_done < self.total_steps:
                 while self._pending_flush is None:
                     if self.should_stop is not None and self.should_stop():
                         raise RunInterrupted(self.steps_done, self.env.now)
-                    if self.env.peek() == math.inf:
+                    if not queue or queue[0][0] == math.inf:
                         if self.participation is not None and self.participation.exhausted():
                             raise ParticipationCapReached(self._cap_exhausted())
                         reason = self.fleet.explain_stall(self.env.now, self.steps_done, self.total_steps)
@@ -412,7 +414,7 @@ class Simulation:
                             f"the simulation stalled at virtual time {self.env.now:g} with "
                             f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
                         )
-                    self.env.step()
+                    step()
                 event = await self._flush()
                 if event is not None:
                     yield event

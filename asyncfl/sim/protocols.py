@@ -172,12 +172,13 @@ class FedBuffProtocol:
         """Dispatch until ``K`` clients are in flight (one, after an arrival); when no client
         is idle and online, wait until one comes online."""
         host = self.host
-        while host.in_flight_count() < self.concurrency:
-            client = host.pick()
+        count, pick, dispatch, concurrency = host.in_flight_count, host.pick, host.dispatch, self.concurrency
+        while count() < concurrency:
+            client = pick()
             if client is None:
                 self.waiter.wait()
                 return
-            host.dispatch(client)
+            dispatch(client)
 
     def on_offline(self, rec: Record) -> None:
         self.dispatch_one()
