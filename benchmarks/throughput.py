@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -117,54 +118,84 @@ def bare_kernel(min_seconds: float = 0.0) -> tuple[float, float]:
     """``(total, steady)`` client updates per second of the workload's training alone: every
     round a cohort of ``COHORT`` clients (drawn without replacement), each client's samples in a
     fresh random order cut into batches of 10 (one epoch: 5 steps), 5 SGD steps at lr 0.1 of
-    all ``COHORT`` MLPs 32-64-10 at once (forward and backward as batched matrix products:
-    ``z₁ = x W₁ᵀ + b₁``, ``a = relu(z₁)``, ``z₂ = a W₂ᵀ + b₂``, ``∂z₂ = (softmax(z₂) − onehot(y)) / 10``,
-    ``∂W₂ = ∂z₂ᵀ a``, ``∂z₁ = (∂z₂ W₂) ⊙ [z₁ > 0]``, ``∂W₁ = ∂z₁ᵀ x``, biases the column sums) and the
-    server's step ``θ ← θ − mean_k(θ − θ_k)``: the same arithmetic as the batched run, with nothing
-    around it (no events, no per-client random streams, no records). Back-to-back sets of
-    ``ROUNDS`` rounds lasting ``min_seconds`` together (at least one set); one thread."""
+    all ``COHORT`` MLPs 32-64-10 at once and the server's step ``θ ← θ − mean_k(θ − θ_k)``, with
+    nothing around it (no events, no per-client random streams, no records). Per step, forward
+    and backward as batched matrix products on one buffer holding every client's parameters
+    (``z₁ = x W₁ᵀ + b₁``, ``a = relu(z₁)``, ``z₂ = a W₂ᵀ + b₂``, ``∂z₂ = (softmax(z₂) − onehot(y)) / 10``,
+    ``∂W₂ = ∂z₂ᵀ a``, ``∂z₁ = (∂z₂ W₂) ⊙ [z₁ > 0]``, ``∂W₁ = ∂z₁ᵀ x``, biases the column sums) and one
+    in-place update of the buffer; the targets ``−onehot(y) / 10`` are made once, before the clock starts.
+    Back-to-back sets of ``ROUNDS`` rounds lasting ``min_seconds`` together (at least one set)."""
     from asyncfl.tasks.common import task_streams
     from asyncfl.tasks.gaussian_mlp import gaussian_mlp_data
 
     rng, _ = task_streams(0)
     dim, hidden, classes, n = TASK["dim"], TASK["hidden"], TASK["classes"], TASK["samples_per_client"]
     clients, _, _ = gaussian_mlp_data(CLIENTS, dim, classes, n, rng)
-    X = torch.from_numpy(np.stack([x for x, _ in clients]))  # (N, n, dim)
-    Y = torch.from_numpy(np.stack([y for _, y in clients])).long()
+    X = torch.from_numpy(np.concatenate([x for x, _ in clients]))  # (N·n, dim), client-major
+    labels = torch.from_numpy(np.concatenate([y for _, y in clients])).long()
+    onehot = torch.nn.functional.one_hot(labels, classes).to(X.dtype).div_(-10)  # −onehot(y) / batch
     gen = torch.Generator().manual_seed(0)
     lr, batch, G = 0.1, 10, COHORT
     steps = n // batch
-    W1, b1 = torch.randn(hidden, dim, generator=gen) * 0.1, torch.zeros(hidden)
-    W2, b2 = torch.randn(classes, hidden, generator=gen) * 0.1, torch.zeros(classes)
+    shapes = [(hidden, dim), (classes, hidden), (hidden,), (classes,)]  # W₁, W₂, b₁, b₂
+    sizes = [G * math.prod(shape) for shape in shapes]
+    theta, grad = torch.empty(sum(sizes)), torch.empty(sum(sizes))
+    W1, W2, b1, b2 = (v.view(G, *shape) for v, shape in zip(theta.split(sizes), shapes))
+    gW1, gW2, gb1, gb2 = (v.view(G, *shape) for v, shape in zip(grad.split(sizes), shapes))
+    model = [torch.randn(hidden, dim, generator=gen) * 0.1, torch.randn(classes, hidden, generator=gen) * 0.1,
+             torch.zeros(hidden), torch.zeros(classes)]
     sets: list[tuple[float, float]] = []
     while not sets or sum(s for s, _ in sets) < min_seconds:
         start = first = time.perf_counter()
         for r in range(ROUNDS):
             cohort = torch.randperm(CLIENTS, generator=gen)[:G]
             order = torch.rand(G, n, generator=gen).argsort(dim=1)  # each client's epoch order
-            x = X[cohort[:, None], order].view(G, steps, batch, dim).transpose(0, 1)  # (steps, G, batch, dim)
-            onehot = torch.nn.functional.one_hot(Y[cohort[:, None], order], classes).to(X.dtype)
-            onehot = onehot.view(G, steps, batch, classes).transpose(0, 1)
-            w1, c1 = W1.expand(G, -1, -1).clone(), b1.expand(G, -1).clone()
-            w2, c2 = W2.expand(G, -1, -1).clone(), b2.expand(G, -1).clone()
+            rows = (cohort[:, None] * n + order).view(G, steps, batch).transpose(0, 1).reshape(-1)
+            x = X.index_select(0, rows).view(steps, G, batch, dim)
+            y = onehot.index_select(0, rows).view(steps, G, batch, classes)  # −onehot / batch
+            for p, m in zip((W1, W2, b1, b2), model):
+                p.copy_(m.expand_as(p))
             for t in range(steps):
-                z1 = torch.baddbmm(c1.unsqueeze(1), x[t], w1.transpose(1, 2))
+                z1 = torch.baddbmm(b1.unsqueeze(1), x[t], W1.transpose(1, 2))
                 a = torch.relu(z1)
-                z2 = torch.baddbmm(c2.unsqueeze(1), a, w2.transpose(1, 2))
+                z2 = torch.baddbmm(b2.unsqueeze(1), a, W2.transpose(1, 2))
                 e = (z2 - z2.amax(-1, keepdim=True)).exp_()
-                dz2 = (e / e.sum(-1, keepdim=True) - onehot[t]) / batch
-                dz1 = torch.ops.aten.threshold_backward(torch.bmm(dz2, w2), z1, 0)
-                w2.sub_(torch.bmm(dz2.transpose(1, 2), a), alpha=lr)
-                c2.sub_(dz2.sum(1), alpha=lr)
-                w1.sub_(torch.bmm(dz1.transpose(1, 2), x[t]), alpha=lr)
-                c1.sub_(dz1.sum(1), alpha=lr)
-            W1, b1, W2, b2 = w1.mean(0), c1.mean(0), w2.mean(0), c2.mean(0)  # θ − mean(θ − θ_k)
+                dz2 = torch.addcmul(y[t], e, e.sum(-1, keepdim=True).reciprocal_().div_(batch))
+                torch.bmm(dz2.transpose(1, 2), a, out=gW2)
+                torch.sum(dz2, dim=1, out=gb2)
+                dz1 = torch.ops.aten.threshold_backward(torch.bmm(dz2, W2), z1, 0)
+                torch.bmm(dz1.transpose(1, 2), x[t], out=gW1)
+                torch.sum(dz1, dim=1, out=gb1)
+                theta.sub_(grad, alpha=lr)
+            model = [p.mean(0) for p in (W1, W2, b1, b2)]  # θ − mean_k(θ − θ_k)
             if r == 0:
                 first = time.perf_counter()
         end = time.perf_counter()
         sets.append((end - start, end - first))
     total = len(sets) * ROUNDS * COHORT / sum(s for s, _ in sets)
     return total, len(sets) * (ROUNDS - 1) * COHORT / max(sum(f for _, f in sets), 1e-9)
+
+
+def cpu_split(protocol: str) -> tuple[float, float]:
+    """``(train, parent)``: CPU µs per accepted update of one batched run of ``protocol``, inside
+    ``train_batched`` (the training and the layout of its batches) and outside it (the parent's
+    own work: simulation, aggregation, evaluation, records)."""
+    from benchmarks.parallel import _TrainClock
+
+    sim = Simulation(scenario(protocol, "batched", 1))
+    with _TrainClock() as clock:
+        start = time.thread_time()
+        asyncio.run(sim.run())
+        total = time.thread_time() - start
+    n = sim.counters.accepted
+    return 1e6 * clock.seconds / n, 1e6 * (total - clock.seconds) / n
+
+
+def bare_cpu() -> float:
+    """CPU µs per update of the bare kernel (one set of ``ROUNDS`` rounds)."""
+    start = time.thread_time()
+    bare_kernel()
+    return 1e6 * (time.thread_time() - start) / (ROUNDS * COHORT)
 
 
 def pfl_elsewhere(python: str) -> tuple[float, float] | None:
@@ -257,6 +288,14 @@ def main() -> None:
         if pfl:
             line += f";  ÷ pfl {spread([b[0] / p[0] for b, p in zip(batched, pfl_runs)])} (target ≥ 25)"
         print(line)
+    if "batched" in executors:
+        kernel = statistics.median(bare_cpu() for _ in range(3))
+        print(f"where a batched update's CPU goes (thread CPU µs per update, one more run each; the bare kernel "
+              f"{kernel:.1f}, so 0.80 of its rate needs ≤ {kernel / 0.8:.1f} in all):")
+        for protocol in args.protocols.split(","):
+            train, parent = cpu_split(protocol)
+            print(f"   {protocol:8} inside train_batched {train:5.1f} (÷ kernel {train / kernel:.2f}), the parent's own "
+                  f"{parent:5.1f}, in all {train + parent:5.1f}: at most {kernel / (train + parent):.2f} of the kernel's rate")
     if "ray" in args.executors.split(",") and "ray" not in executors:
         print("ray: not installed")
 
