@@ -61,7 +61,7 @@ class Arrival:
         self.on_arrival, self.arg = on_arrival, arg
         self.callbacks: tuple | None = _ARRIVE
         if not math.isinf(end):
-            if end < env.now:
+            if end < env._now:  # env.now without its property call
                 raise ValueError(f"an arrival at {end!r} lies before now = {env.now!r}")
             heapq.heappush(env._queue, (end, simpy.events.NORMAL, next(env._eid), self))
 

@@ -222,7 +222,7 @@ class Simulation:
 
     def dispatch(self, client: int) -> InFlight:
         """Send the current model to ``client`` and put its arrival on the clock."""
-        now = self.env.now
+        now = self.env._now  # env.now without its property call (once per dispatch)
         if self.participation is not None:
             self.participation.reserve(client)
         fleet, streams = self.fleet, self.streams
@@ -231,7 +231,8 @@ class Simulation:
         arrival, offline = fleet.schedule(client, now, streams["latency"])
         job = self.algorithm.make_job(client, self.theta, seed, self.algo_state)
         self._seq = seq = self._seq + 1
-        rec = InFlight(seq, client, self.version, now, arrival, job, self.executor.submit(job), None, offline)
+        executor = self._executor if self._executor is not None else self.executor  # built on first use
+        rec = InFlight(seq, client, self.version, now, arrival, job, executor.submit(job), None, offline)
         self.in_flight[seq] = rec
         self.counters.dispatched += 1
         rec.arrival = Arrival(self.env, offline if offline < arrival else arrival, self._client_life, rec)  # launch()
@@ -269,7 +270,7 @@ class Simulation:
         return rec.seq in self.in_flight
 
     def pick(self) -> int | None:
-        return self.fleet.choose(self.env.now, self.streams["selection"])
+        return self.fleet.choose(self.env._now, self.streams["selection"])  # env.now, without the property call
 
     def pick_many(self, n: int) -> np.ndarray:
         return self.fleet.choose_many(n, self.env.now, self.streams["selection"])
