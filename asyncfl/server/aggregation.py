@@ -9,6 +9,8 @@ aggregator.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import NamedTuple, Protocol, Sequence
 
 import numpy as np
@@ -75,8 +77,9 @@ def stack_rows(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     if (base is not None and base.dim() == 2 and base.shape[0] == len(tensors) and base.shape[1] == first.numel()
             and base.is_contiguous()):
         d, offset = base.shape[1], base.storage_offset()
-        if all(t._base is base and t.storage_offset() == offset + i * d and t.is_contiguous()
-               for i, t in enumerate(tensors)):
+        if (all(map(operator.is_, [t._base for t in tensors], itertools.repeat(base)))
+                and [t.storage_offset() for t in tensors] == list(range(offset, offset + len(tensors) * d, d))
+                and all([t.is_contiguous() for t in tensors])):
             return base
     return torch.stack(list(tensors)).reshape(len(tensors), -1)
 

@@ -18,6 +18,8 @@ and the server rule moves ``θ_{t+1} = θ_t − η m_t``. The splitting and prim
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
@@ -111,10 +113,10 @@ class PseudoGradient(Algorithm):
         When every job started from the same model (one flush of FedBuff: most often one or
         two versions) that model is broadcast over the rows instead of stacked ``n`` times —
         the same elementwise differences."""
-        if len(jobs) < 2 or any(l.shape != j.start.shape for j, l in zip(jobs, locals_)):
+        if len(jobs) < 2 or any([l.shape != j.start.shape for j, l in zip(jobs, locals_)]):
             return super().client_messages(jobs, locals_, state)
         start = jobs[0].start
-        if start.dim() == 1 and all(j.start is start for j in jobs):
+        if start.dim() == 1 and all(map(operator.is_, [j.start for j in jobs], itertools.repeat(start))):
             return start - stack_rows(locals_)
         return torch.stack([j.start for j in jobs]) - torch.stack(list(locals_))
 

@@ -172,8 +172,8 @@ class FedBuffProtocol:
         """Dispatch until ``K`` clients are in flight (one, after an arrival); when no client
         is idle and online, wait until one comes online."""
         host = self.host
-        count, pick, dispatch, concurrency = host.in_flight_count, host.pick, host.dispatch, self.concurrency
-        while count() < concurrency:
+        pick, dispatch = host.pick, host.dispatch
+        for _ in range(self.concurrency - host.in_flight_count()):  # each dispatch puts one more in flight
             client = pick()
             if client is None:
                 self.waiter.wait()
