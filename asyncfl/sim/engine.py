@@ -1,7 +1,7 @@
 """The simulator: simpy decides *when*, an executor decides *where*, the algorithm decides
 *what* (docs/architecture.md §2, docs/protocol.md).
 
-Every dispatched client waits its sampled latency on the virtual clock (one simpy timeout,
+Every dispatched client waits its sampled latency on the virtual clock (one entry on simpy's queue,
 see :class:`Arrival`) and then uploads. Its training job was submitted to the executor at dispatch and is awaited
 only when the buffer flushes, so a run is an asyncio coroutine: :meth:`Simulation.events` is an
 async iterator of :class:`StepEvent` (what progress bars and notebooks consume) and
