@@ -31,6 +31,12 @@ shared VM) touch them alike; the median and the range over rounds are printed.
    remote (the parent's CPU per step on ``processes``, the fixed cost of each group's
    ``train_batched`` call). Next to them the measured ratios, and the share of the
    ``processes`` run's wall time its event loop was busy (the rest it waited for workers).
+   Then the targets of issue 27 next to what bounds them, measured in the same rounds: the
+   parent's CPU µs per update (target ≤ 5) beside a bare heapq loop's CPU µs per arrival doing
+   the same FedBuff scheduling with the same random draws (:func:`benchmarks.common.heapq_fedbuff`
+   on this workload: the parent cannot do less per update than its scheduling), and processes
+   ÷ inline (target ≥ 1.4) beside the critical-path bound. The load average is printed with
+   the results (the machine is shared).
 
     python -m benchmarks.parallel [--rounds 3] [--steps 400] [--skip ray]
 """
@@ -61,6 +67,7 @@ from asyncfl.config import scenario as sc  # noqa: E402
 from asyncfl.run.parallel import InProcess, ProcessPool, RayPool, RunJob, run_jobs  # noqa: E402
 from asyncfl.sim.engine import Simulation  # noqa: E402
 from asyncfl.tasks import build_task  # noqa: E402
+from benchmarks.common import heapq_fedbuff  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.toml"
@@ -279,6 +286,25 @@ def startup() -> tuple[float, float]:
     return wall([sys.executable, "-m", "asyncfl.cli", "--help"]), wall([sys.executable, "-c", "pass"])
 
 
+def heapq_cpu(steps: int, overrides: dict | None = None) -> float:
+    """CPU µs per arrival of the bare heapq loop doing the workload's FedBuff scheduling
+    (:func:`benchmarks.common.heapq_fedbuff`: the same selection, latency and job-seed draws)."""
+    scenario = fedbuff("inline", steps, overrides)
+    start = time.process_time()
+    arrivals = heapq_fedbuff(scenario)
+    return 1e6 * (time.process_time() - start) / arrivals
+
+
+def parent_cpu(profile: RunProfile) -> float:
+    """The parent's CPU µs per update of an inline batched run: its process CPU outside
+    ``train_batched``."""
+    return 1e6 * (profile.process_cpu - profile.train_cpu) / profile.updates
+
+
+def load() -> str:
+    return "load average (1, 5, 15 min) " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} (range {min(values):.2f}–{max(values):.2f})"
 
@@ -326,7 +352,10 @@ def main() -> None:
     if "run" not in skip:
         kinds = ["inline", "processes"] + ([] if "ray" in skip else ["ray"])
         profiles: dict[str, dict[str, list[RunProfile]]] = {w: {k: [] for k in kinds} for w in WORKLOADS}
+        loop_cpu: list[float] = []
+        print(f"   {load()} at the start of 2", flush=True)
         for r in range(args.rounds):
+            loop_cpu.append(heapq_cpu(args.steps))
             for w, overrides in WORKLOADS.items():
                 steps = args.steps if not overrides else max(2, args.steps // 4)
                 for k in kinds:
@@ -357,6 +386,15 @@ def main() -> None:
                   f"{1e3 * fixed:4.2f}ms {med([b.amdahl for b in bs]):6.2f}x {med([b.critical for b in bs]):7.2f}x "
                   f"{med([b.with_overhead for b in bs]):8.2f}x {ratio('processes'):8.2f}x {ratio('ray'):4.2f}x "
                   f"{med([p.loop_cpu / p.seconds for p in ps['processes']]):5.0%}")
+        ps = profiles["hidden 64"]
+        parents = [parent_cpu(p) for p in ps["inline"]]
+        print(f"   targets (issue 27), the issue's workload, median (range) over {args.rounds} rounds; {load()}:")
+        print(f"   parent's CPU per update, inline batched {spread(parents)} µs (target ≤ 5); bound: a bare heapq loop's "
+              f"CPU per arrival on the same scheduling and draws {spread(loop_cpu)} µs, "
+              f"parent ÷ loop {spread([p / q for p, q in zip(parents, loop_cpu)])}")
+        crit = [bounds(i).critical for i in ps["inline"]]
+        print(f"   processes (2) ÷ inline batched {spread([x.rate / ref.rate for x, ref in zip(ps['processes'], ps['inline'])])}"
+              f" (target ≥ 1.4); bound: critical path T / (parent + train/2) {spread(crit)}")
 
     if "startup" not in skip:
         help_s, pass_s = startup()

@@ -27,6 +27,26 @@ def test_throughput_benchmark_runs_its_workload(monkeypatch, protocol):
     assert throughput.paired_ratio([(100.0, 0), (100.0, 0), (400.0, 0)], [(10.0, 0), (5.0, 0), (10.0, 0)]) == 20.0
 
 
+def test_throughput_benchmark_times_a_bare_kernel_and_splits_a_batched_update(monkeypatch):
+    monkeypatch.setattr(throughput, "ROUNDS", 2)
+    total, steady = throughput.bare_kernel()
+    assert total > 0 and steady > 0 and throughput.bare_cpu() > 0
+    train, parent = throughput.cpu_split("fedbuff")
+    assert train > 0 and parent > 0
+
+
+def test_engine_benchmark_measures_its_floor_and_counts_python_calls():
+    from benchmarks.engine import carried_objects, python_calls
+
+    def two_frames() -> list[int]:
+        return [abs(-k) for k in range(3)]  # the function and its comprehension; abs is a builtin
+
+    assert python_calls(two_frames) == 2
+    assert carried_objects(200) > 0
+    scenario = engine_scenario(clients=200, concurrency=20, buffer=5, steps=10)
+    assert python_calls(run_engine, scenario) > python_calls(heapq_fedbuff, scenario) > heapq_fedbuff(scenario)
+
+
 def test_mnist1d_pooled_benchmark_trains_each_model():
     from benchmarks.mnist1d_pooled import PUBLISHED, train_pooled
 
@@ -45,6 +65,7 @@ def test_parallel_benchmark_profiles_a_batched_run_and_times_a_sweep(tmp_path):
     inline = parallel.run_profile("inline", 3)
     assert inline.steps == 2 and inline.updates >= 2 * 50 and 0 < inline.train_cpu < inline.process_cpu and inline.rate > 0
     b = parallel.bounds(inline)
+    assert parallel.parent_cpu(inline) > 0 and parallel.heapq_cpu(3) > 0 and "load average" in parallel.load()
     assert b.train + b.parent == pytest.approx(b.total) and 1 < b.critical <= b.amdahl <= 2 and b.with_overhead != b.with_overhead
     # a remote parent costing inline's whole CPU per step loses the workers' half of the training
     share = inline.train_cpu / inline.process_cpu

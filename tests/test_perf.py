@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 
+import numpy as np
 import pytest
 import torch
 
@@ -134,7 +135,6 @@ def test_a_process_worker_holds_one_tensor_per_model_version():
     whose centre is its start sends the same ``(key, array)`` spec twice, and a second tensor
     built from it once made the first job of every version a group of its own (trained
     unbatched: twice the time of a 25-job group at 5 local epochs)."""
-    import numpy as np
 
     from asyncfl.compute.executors import WORKER_CACHE, _WorkerVersions
 
@@ -222,3 +222,38 @@ def test_batched_client_messages_equal_the_per_upload_messages_bit_for_bit():
     want = [algorithm.client_message(j, l, state) for j, l in zip(jobs, locals_)]
     got = algorithm.client_messages(jobs, locals_, state)  # one (7, d) tensor, a message per row
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_one_start_model_broadcast_gives_the_stacked_messages_bit_for_bit():
+    """A flush whose uploads all started from one θ_s: ``θ_s − stack(locals)`` (broadcast) is the
+    per-upload ``θ_s − θ_local`` bit for bit, whether the locals are the rows of one trained
+    block (used without a copy) or separate tensors."""
+    from asyncfl.sim.engine import default_algorithm
+
+    scenario = make_scenario()
+    task = build_task(scenario.task, scenario.population.clients, scenario.seed)
+    algorithm = default_algorithm(scenario, task, None)
+    state = algorithm.init(task.initial_theta)
+    g = torch.Generator().manual_seed(1)
+    theta = task.initial_theta + torch.randn(task.dim, generator=g, dtype=task.dtype)
+    jobs = [LocalJob(k, theta, theta, 0.0, k) for k in range(6)]
+    block = torch.randn(6, task.dim, generator=g, dtype=task.dtype)
+    for locals_ in (list(block.unbind(0)), [row.clone() for row in block]):
+        want = [algorithm.client_message(j, l, state) for j, l in zip(jobs, locals_)]
+        got = algorithm.client_messages(jobs, locals_, state)
+        assert got.shape == (6, task.dim) and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_stack_rows_uses_a_block_of_consecutive_rows_as_it_is_and_stacks_anything_else():
+    from asyncfl.server.aggregation import stack_rows, weighted_sum
+
+    block = torch.arange(12.0).reshape(4, 3).clone()  # a tensor of its own (not a view)
+    rows = list(block.unbind(0))
+    assert stack_rows(rows) is block  # the 4 rows, in order: no copy
+    for other in (rows[::-1], rows[:3], rows[1:], [r.clone() for r in rows], list(torch.arange(24.0).reshape(8, 3)[::2])):
+        out = stack_rows(other)
+        assert out.data_ptr() != block.data_ptr() and torch.equal(out, torch.stack(other))
+    # Σ w_k x_k with w = (1, 2, 0, −1) over rows (0,1,2), (3,4,5), (6,7,8), (9,10,11): (−3, −1, 1)
+    w = np.array([1.0, 2.0, 0.0, -1.0])
+    assert torch.equal(weighted_sum(w, rows), torch.tensor([-3.0, -1.0, 1.0]))
+    assert torch.equal(weighted_sum(w, rows), weighted_sum(w, [r.clone() for r in rows]))

@@ -753,3 +753,26 @@ def test_resume_with_correlated_noise_and_a_min_separation(noise, tmp_path):
     _resume_check(overrides, tmp_path, stops=(0.3, 0.8))
     summary = json.loads((tmp_path / "ref" / "summary.json").read_text())["privacy"]
     assert summary["noise"] == noise and summary["min_separation"] == 2 and summary["strategy_sensitivity"] > 1.0
+
+
+def test_an_arrival_fires_at_its_exact_time_in_creation_order_and_not_once_interrupted():
+    """An :class:`Arrival` is its own entry on simpy's queue: it fires at exactly ``end`` (no
+    ``now + (end − now)`` rounding), ties in creation order among timeouts and arrivals alike;
+    an interrupted one does not fire, an infinite one is never queued, a past one is refused."""
+    from asyncfl.sim.clock import Arrival
+
+    env = simpy.Environment(initial_time=0.20072653859351497)
+    when = 1.3840503320687418  # now + (when − now) == 1.3840503320687416: one ulp early
+    fired = []
+    Arrival(env, when, lambda tag: fired.append((tag, env.now)), "a")
+    timeout_at(env, when).callbacks.append(lambda _e: fired.append(("t", env.now)))
+    Arrival(env, 0.5, lambda tag: fired.append((tag, env.now)), "c")
+    cancelled = Arrival(env, 0.7, lambda tag: fired.append((tag, env.now)), "x")
+    Arrival(env, when, lambda tag: fired.append((tag, env.now)), "d")
+    Arrival(env, math.inf, lambda tag: fired.append((tag, env.now)), "never")
+    cancelled.interrupt()
+    assert len(env._queue) == 5
+    env.run()
+    assert fired == [("c", 0.5), ("a", when), ("t", when), ("d", when)]
+    with pytest.raises(ValueError, match="before now"):
+        Arrival(env, 1.0, lambda tag: None)

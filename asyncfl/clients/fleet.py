@@ -141,10 +141,12 @@ class Fleet:
 
     def choose(self, now: float, rng: np.random.Generator) -> int | None:
         """One idle, eligible, available client chosen uniformly, or None if there is none."""
-        ledger = self.participation
+        ledger, busy, size = self.participation, self.busy, self.size
+        # everyone is always online unless an availability model or a subclass says otherwise
+        online = None if self.availability is None and type(self).available is Fleet.available else self.available
         for _ in range(32):  # rejection sampling: O(1) when few clients are busy
-            k = int(rng.integers(self.size))
-            if not self.busy[k] and (ledger is None or ledger.eligible(k)) and self.available(k, now):
+            k = int(rng.integers(size))
+            if not busy[k] and (ledger is None or ledger.eligible(k)) and (online is None or online(k, now)):
                 return k
         candidates = self.candidates(now)
         return int(rng.choice(candidates)) if candidates.size else None

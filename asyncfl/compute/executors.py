@@ -434,17 +434,20 @@ class ProcessExecutor(_GroupExecutor):
 
 
 def _resolve_group(futures: list[asyncio.Future], block: np.ndarray | None, error: str | None) -> None:
+    """Every job's trained model is a row of the group's block (one tensor over the received
+    array, cut into row views at once, not a tensor built per job)."""
+    rows = None if block is None else torch.from_numpy(block).unbind(0)
     for i, future in enumerate(futures):
-        _resolve(future, None if block is None else block[i], error)
+        _resolve(future, None if rows is None else rows[i], error)
 
 
-def _resolve(future: asyncio.Future, array: np.ndarray | None, error: str | None) -> None:
+def _resolve(future: asyncio.Future, row: torch.Tensor | None, error: str | None) -> None:
     if future.done():  # cancelled meanwhile (a straggler, or the end of the run)
         return
     if error is not None:
         future.set_exception(RuntimeError(f"local training failed in a worker process: {error}"))
     else:
-        future.set_result(torch.from_numpy(array))
+        future.set_result(row)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,6 +543,7 @@ def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future]) -> None:
     if not src.cancelled():  # retrieve the outcome even if every job was cancelled meanwhile, or
         error = src.exception()  # asyncio logs "exception never retrieved" (ray.shutdown() fails pending tasks)
     block = np.array(src.result()) if not src.cancelled() and error is None else None  # a writable copy of Ray's buffer
+    rows = None if block is None else torch.from_numpy(block).unbind(0)  # row views, cut at once
     for i, dst in enumerate(dsts):
         if dst.done():  # cancelled (a straggler, the end of the run)
             continue
@@ -548,7 +552,7 @@ def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future]) -> None:
         elif error is not None:
             dst.set_exception(error)
         else:
-            dst.set_result(torch.from_numpy(block[i]))
+            dst.set_result(rows[i])
 
 
 # ---------------------------------------------------------------------------------------------

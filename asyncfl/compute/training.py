@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from asyncfl.config.scenario import ClientConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LocalJob:
     """One local training job. ``start`` is the initial iterate; ``centre`` the prox centre
     (used when ``mu > 0`` or by the exact solver). ``local_steps``, when set, replaces
@@ -173,9 +173,16 @@ def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> li
     if not jobs or not task.batched_training:
         return [sgd_train(task, cfg, job) for job in jobs]
     groups: dict[tuple, list[int]] = {}
+    clients = task.clients
+    sizes = [len(clients[job.client]) for job in jobs]
+    steps_of: dict[int, int] = {}  # by data size, for the jobs that take the section's steps
     for i, job in enumerate(jobs):
         # id() is safe here: the jobs hold their tensors alive for the whole call
-        steps = local_steps_count(len(task.clients[job.client]), job_config(cfg, job))
+        n = sizes[i]
+        if job.local_steps is not None:
+            steps = local_steps_count(n, job_config(cfg, job))
+        elif (steps := steps_of.get(n)) is None:
+            steps = steps_of[n] = local_steps_count(n, cfg)
         groups.setdefault((id(job.start), id(job.centre), job.mu, steps), []).append(i)
     out: list[torch.Tensor] = [None] * len(jobs)  # type: ignore[list-item]
     layers = mlp_layers(task)
@@ -185,7 +192,7 @@ def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> li
             continue
         group = [jobs[i] for i in members]
         group_cfg = job_config(cfg, group[0])  # the group's jobs take one number of steps
-        batches = _group_batches(task, group_cfg, group)
+        batches = _group_batches(task, group_cfg, group, [sizes[i] for i in members])
         thetas = (_train_group(task, group_cfg, group, batches) if layers is None
                   else _train_group_mlp(task, group_cfg, group, batches, layers))
         for i, theta in zip(members, thetas.unbind(0)):
@@ -265,9 +272,12 @@ def _lengths(n: int, steps: int, b: int, cfg: ClientConfig) -> torch.Tensor:
     return torch.tensor(([b] * (per_epoch - 1) + [n - (per_epoch - 1) * b]) * cfg.epochs)
 
 
-def _group_batches(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> GroupBatches:
-    """Gather every step's batch of every job in one indexing op on the pooled training data."""
-    index, lengths = group_indices([len(task.clients[j.client]) for j in jobs], [j.seed for j in jobs], cfg)
+def _group_batches(task: Task, cfg: ClientConfig, jobs: list[LocalJob], sizes: list[int] | None = None) -> GroupBatches:
+    """Gather every step's batch of every job in one indexing op on the pooled training data
+    (``sizes``: the jobs' clients' sample counts, when the caller has them)."""
+    if sizes is None:
+        sizes = [len(task.clients[j.client]) for j in jobs]
+    index, lengths = group_indices(sizes, [j.seed for j in jobs], cfg)
     index, lengths = index.transpose(0, 1), lengths.transpose(0, 1)  # step major
     mask = (torch.arange(index.shape[-1]) < lengths[..., None]).to(task.dtype)
     pooled = task.pooled_training_data()

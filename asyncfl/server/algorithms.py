@@ -18,13 +18,15 @@ and the server rule moves ``θ_{t+1} = θ_t − η m_t``. The splitting and prim
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
 
 import numpy as np
 import torch
 
 from asyncfl.compute.training import LocalJob
-from asyncfl.server.aggregation import Aggregator, ClientUpdate
+from asyncfl.server.aggregation import Aggregator, ClientUpdate, stack_rows
 from asyncfl.server.rules import ServerRule, apply
 
 if TYPE_CHECKING:
@@ -107,9 +109,15 @@ class PseudoGradient(Algorithm):
                         state: PseudoGradientState) -> torch.Tensor | list[torch.Tensor]:
         """``[client_message(j, l) for …]`` as one subtraction of stacked tensors: a ``(n, d)``
         tensor whose rows are the messages (the per-upload op overhead was ~4 µs an update with
-        the batched executor, and the simulator screens the block without stacking it again)."""
-        if len(jobs) < 2 or any(l.shape != j.start.shape for j, l in zip(jobs, locals_)):
+        the batched executor, and the simulator screens the block without stacking it again).
+        When every job started from the same model (one flush of FedBuff: most often one or
+        two versions) that model is broadcast over the rows instead of stacked ``n`` times —
+        the same elementwise differences."""
+        if len(jobs) < 2 or any([l.shape != j.start.shape for j, l in zip(jobs, locals_)]):
             return super().client_messages(jobs, locals_, state)
+        start = jobs[0].start
+        if start.dim() == 1 and all(map(operator.is_, [j.start for j in jobs], itertools.repeat(start))):
+            return start - stack_rows(locals_)
         return torch.stack([j.start for j in jobs]) - torch.stack(list(locals_))
 
     def server_update(

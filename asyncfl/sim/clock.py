@@ -26,30 +26,44 @@ def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
     return event
 
 
+def _arrive(arrival: "Arrival") -> None:
+    """What simpy's ``step()`` calls when an :class:`Arrival` comes off the queue."""
+    if not arrival.cancelled:
+        arrival.on_arrival(arrival.arg)
+
+
+#: every Arrival's callbacks: one shared tuple (simpy's ``step()`` calls each with the event)
+_ARRIVE = (_arrive,)
+
+
 class Arrival:
     """A dispatched client's end of life on the simpy clock: dispatch → wait → upload (or drop).
 
-    Performance: one ``Timeout`` with a callback instead of a simpy process per client (a
-    process costs a generator, an ``Initialize`` event and a resume per client, about half of the
-    engine's time with zero-cost training). The event order is unchanged: the timeout is
-    scheduled at dispatch, in dispatch order, exactly as the process's first ``yield`` did.
-    It fires at exactly ``end`` (:func:`timeout_at`: a resumed run restarts the wait from the
-    checkpoint's clock and must see the same times). An infinite ``end`` (a replayed straggler
-    that never arrives) schedules nothing. ``interrupt()`` cancels it. At ``end`` it calls
-    ``on_arrival(arg)``.
+    Performance: the arrival is its own entry in simpy's queue, ``(end, NORMAL, eid, self)``,
+    exactly the entry :func:`timeout_at` makes for a ``Timeout`` — not a simpy process per
+    client (a generator, an ``Initialize`` event and a resume each: about half of the engine's
+    time with zero-cost training), and not a ``Timeout`` with a callback either (an event, its
+    ``__dict__``, a callbacks list and a bound method: four more objects for the garbage
+    collector per dispatch, docs/architecture.md §2). simpy's ``step()`` needs of a queued
+    event only ``callbacks`` (each called with the event, then set to None) and ``_ok``
+    (True: a triggered, successful event). The event order is unchanged: the entry is pushed
+    at dispatch, in dispatch order, with the next eid, so ties fire in creation order. It fires
+    at exactly ``end`` (a resumed run restarts the wait from the checkpoint's clock and must
+    see the same times). An infinite ``end`` (a replayed straggler that never arrives)
+    schedules nothing. ``interrupt()`` cancels it. At ``end`` it calls ``on_arrival(arg)``.
     """
 
-    __slots__ = ("cancelled", "on_arrival", "arg")
+    __slots__ = ("cancelled", "on_arrival", "arg", "callbacks")
+    _ok = True
 
     def __init__(self, env: simpy.Environment, end: float, on_arrival: Callable[[Any], None], arg: Any = None) -> None:
         self.cancelled = False
         self.on_arrival, self.arg = on_arrival, arg
+        self.callbacks: tuple | None = _ARRIVE
         if not math.isinf(end):
-            timeout_at(env, end).callbacks.append(self._fire)
-
-    def _fire(self, _event: Any) -> None:
-        if not self.cancelled:
-            self.on_arrival(self.arg)
+            if end < env._now:  # env.now without its property call
+                raise ValueError(f"an arrival at {end!r} lies before now = {env.now!r}")
+            heapq.heappush(env._queue, (end, simpy.events.NORMAL, next(env._eid), self))
 
     def interrupt(self) -> None:
         self.cancelled = True

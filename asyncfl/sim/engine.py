@@ -1,7 +1,7 @@
 """The simulator: simpy decides *when*, an executor decides *where*, the algorithm decides
 *what* (docs/architecture.md §2, docs/protocol.md).
 
-Every dispatched client waits its sampled latency on the virtual clock (one simpy timeout,
+Every dispatched client waits its sampled latency on the virtual clock (one entry on simpy's queue,
 see :class:`Arrival`) and then uploads. Its training job was submitted to the executor at dispatch and is awaited
 only when the buffer flushes, so a run is an asyncio coroutine: :meth:`Simulation.events` is an
 async iterator of :class:`StepEvent` (what progress bars and notebooks consume) and
@@ -223,21 +223,20 @@ class Simulation:
 
     def dispatch(self, client: int) -> InFlight:
         """Send the current model to ``client`` and put its arrival on the clock."""
-        now = self.env.now
+        now = self.env._now  # env.now without its property call (once per dispatch)
         if self.participation is not None:
             self.participation.reserve(client)
-        self.fleet.busy[client] = True
-        seed = rngmod.job_seed(self.streams["jobs"])
-        arrival, offline = self.fleet.schedule(client, now, self.streams["latency"])
+        fleet, streams = self.fleet, self.streams
+        fleet.busy[client] = True
+        seed = rngmod.job_seed(streams["jobs"])
+        arrival, offline = fleet.schedule(client, now, streams["latency"])
         job = self.algorithm.make_job(client, self.theta, seed, self.algo_state)
-        self._seq += 1
-        rec = InFlight(
-            seq=self._seq, client=client, version=self.version, dispatch_time=now,
-            arrival_time=arrival, job=job, future=self.executor.submit(job), offline_time=offline,
-        )
-        self.in_flight[rec.seq] = rec
+        self._seq = seq = self._seq + 1
+        executor = self._executor if self._executor is not None else self.executor  # built on first use
+        rec = InFlight(seq, client, self.version, now, arrival, job, executor.submit(job), None, offline)
+        self.in_flight[seq] = rec
         self.counters.dispatched += 1
-        self.launch(rec)
+        rec.arrival = Arrival(self.env, offline if offline < arrival else arrival, self._client_life, rec)  # launch()
         return rec
 
     def launch(self, rec: InFlight) -> None:
@@ -247,7 +246,8 @@ class Simulation:
     def _client_life(self, rec: InFlight) -> None:
         """The end of a client's job: its upload at ``arrival_time``, or the drop of its update
         when it goes offline first (not called for a cancelled straggler)."""
-        goes_offline, end = rec.goes_offline, rec.end_time
+        goes_offline = rec.offline_time < rec.arrival_time
+        end = rec.offline_time if goes_offline else rec.arrival_time
         self.in_flight.pop(rec.seq, None)
         self.fleet.busy[rec.client] = False
         if self.finished:
@@ -271,7 +271,7 @@ class Simulation:
         return rec.seq in self.in_flight
 
     def pick(self) -> int | None:
-        return self.fleet.choose(self.env.now, self.streams["selection"])
+        return self.fleet.choose(self.env._now, self.streams["selection"])  # env.now, without the property call
 
     def pick_many(self, n: int) -> np.ndarray:
         return self.fleet.choose_many(n, self.env.now, self.streams["selection"])
@@ -400,11 +400,13 @@ class Simulation:
         if not self._started:
             self._start()
         try:
+            env = self.env  # fixed once started (restore() replaces it before the start only)
+            queue, step = env._queue, env.step  # env.peek() is queue[0][0], inf when empty
             while self.steps_done < self.total_steps:
                 while self._pending_flush is None:
                     if self.should_stop is not None and self.should_stop():
                         raise RunInterrupted(self.steps_done, self.env.now)
-                    if self.env.peek() == math.inf:
+                    if not queue or queue[0][0] == math.inf:
                         if self.participation is not None and self.participation.exhausted():
                             raise ParticipationCapReached(self._cap_exhausted())
                         reason = self.fleet.explain_stall(self.env.now, self.steps_done, self.total_steps)
@@ -414,7 +416,7 @@ class Simulation:
                             f"the simulation stalled at virtual time {self.env.now:g} with "
                             f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
                         )
-                    self.env.step()
+                    step()
                 event = await self._flush()
                 if event is not None:
                     yield event

@@ -172,12 +172,13 @@ class FedBuffProtocol:
         """Dispatch until ``K`` clients are in flight (one, after an arrival); when no client
         is idle and online, wait until one comes online."""
         host = self.host
-        while host.in_flight_count() < self.concurrency:
-            client = host.pick()
+        pick, dispatch = host.pick, host.dispatch
+        for _ in range(self.concurrency - host.in_flight_count()):  # each dispatch puts one more in flight
+            client = pick()
             if client is None:
                 self.waiter.wait()
                 return
-            host.dispatch(client)
+            dispatch(client)
 
     def on_offline(self, rec: Record) -> None:
         self.dispatch_one()
