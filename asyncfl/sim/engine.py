@@ -62,6 +62,7 @@ from asyncfl.staleness_counts import StalenessCounts
 from asyncfl.server.aggregation import Aggregator, ClientUpdate, ExactAggregator
 from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
 from asyncfl.server.compose import build_algorithm
+from asyncfl.sim import collector
 from asyncfl.sim.clock import Arrival, timeout_at
 from asyncfl.sim.state import ClientState, Counters, Records, SimState
 from asyncfl.tasks import build_task
@@ -403,21 +404,22 @@ class Simulation:
             env = self.env  # fixed once started (restore() replaces it before the start only)
             queue, step = env._queue, env.step  # env.peek() is queue[0][0], inf when empty
             while self.steps_done < self.total_steps:
-                while self._pending_flush is None:
-                    if self.should_stop is not None and self.should_stop():
-                        raise RunInterrupted(self.steps_done, self.env.now)
-                    if not queue or queue[0][0] == math.inf:
-                        if self.participation is not None and self.participation.exhausted():
-                            raise ParticipationCapReached(self._cap_exhausted())
-                        reason = self.fleet.explain_stall(self.env.now, self.steps_done, self.total_steps)
-                        if reason is not None:
-                            raise TraceError(reason)
-                        raise SimulationStalled(
-                            f"the simulation stalled at virtual time {self.env.now:g} with "
-                            f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
-                        )
-                    step()
-                event = await self._flush()
+                with collector.relaxed():  # between two steps only: never held across a yield
+                    while self._pending_flush is None:
+                        if self.should_stop is not None and self.should_stop():
+                            raise RunInterrupted(self.steps_done, self.env.now)
+                        if not queue or queue[0][0] == math.inf:
+                            if self.participation is not None and self.participation.exhausted():
+                                raise ParticipationCapReached(self._cap_exhausted())
+                            reason = self.fleet.explain_stall(self.env.now, self.steps_done, self.total_steps)
+                            if reason is not None:
+                                raise TraceError(reason)
+                            raise SimulationStalled(
+                                f"the simulation stalled at virtual time {self.env.now:g} with "
+                                f"{self.steps_done} of {self.total_steps} steps done: no client can be dispatched"
+                            )
+                        step()
+                    event = await self._flush()
                 if event is not None:
                     yield event
         finally:
