@@ -1,5 +1,5 @@
 """``python -m analysis.ma_review SPEC.toml --out DIR``: the momentum-approximation review study
-(issue 28; docs/studies.md), run from the repository root; ``python -m analysis.ma_review report
+(issue 28; docs/ma-review.md), run from the repository root; ``python -m analysis.ma_review report
 DIR`` recomputes ``report.md`` and the figures from the folder's ``results.csv``, ``tuning.csv``
 and ``curves.csv`` alone.
 

@@ -1,4 +1,4 @@
-"""The review study's cells and points (docs/studies.md §2), on the old engine's scenario builder.
+"""The review study's cells and points (docs/ma-review.md §2), on the old engine's scenario builder.
 
 :class:`ReviewStudy` is an :class:`analysis.ma_study.design.Study` whose scenarios are those of
 the cells only (so a method that cannot run under DP, CA2FL, is never asked to), validated in

@@ -1,4 +1,4 @@
-"""What the review reads from one finished run (docs/studies.md §3): the interval-censored
+"""What the review reads from one finished run (docs/ma-review.md §3): the interval-censored
 crossing of the target, the privacy it spent (the mechanism's ε and each client's), and the
 noise that reaches the iterate.
 

@@ -1,4 +1,4 @@
-"""Running the review study (docs/studies.md §2, §7): fix each task's target from the reference on
+"""Running the review study (docs/ma-review.md §2; the tuning rule: docs/studies.md §7): fix each task's target from the reference on
 the held-out tuning seeds, tune every cell's server learning rate on the reported metric, run the
 evaluation seeds, and write the tables the report is computed from.
 

@@ -1,4 +1,4 @@
-"""The review study's spec (docs/studies.md §2): which cells run, how they are tuned, and the target.
+"""The review study's spec (docs/ma-review.md §2): which cells run, how they are tuned, and the target.
 
 A *cell* is a (task, privacy label, K, method); the spec lists them as blocks (``[[cells]]``:
 methods × K multiples × privacy labels, optionally some tasks), so a study can run the core
@@ -28,7 +28,7 @@ Seed = Annotated[int, Field(ge=0, lt=2**63)]
 class TargetEntry(_Section):
     """The target accuracy of each task, fixed before any evaluation run: ``fraction`` × the mean
     final accuracy of ``reference`` (tuned on the tuning seeds for its final accuracy), over the
-    tuning seeds, rounded down to ``1/round_to`` (docs/studies.md §2)."""
+    tuning seeds, rounded down to ``1/round_to`` (docs/ma-review.md §2)."""
 
     reference: MethodName = "sync-momentum"
     fraction: Annotated[float, Field(gt=0, le=1)] = 0.8

@@ -1,4 +1,4 @@
-"""The review's three tables (docs/studies.md §8): their columns, and writing/reading them.
+"""The review's three tables (docs/ma-review.md §4): their columns, and writing/reading them.
 
 * ``results.csv`` — one row per evaluation run: the crossing interval of the target and its
   interpolated point (``reached = 0``: right-censored at ``horizon``), the same on the virtual
