@@ -46,6 +46,9 @@ def test_the_target_comes_from_the_reference_on_the_held_out_seed_only(ci_review
 
 
 def test_each_cell_is_tuned_on_the_restricted_steps_to_the_target_after_a_x2_refinement(ci_review):
+    """Grids of two rates ×2 apart: the best is an edge, so the refinement adds one rate beyond it;
+    the chosen rate is the one with the smallest mean of min(T̂, h) over the tuning seed, or, where
+    no rate reached the target, the one with the best final accuracy."""
     tuning = read_csv(ci_review / "tuning.csv")
     by = defaultdict(lambda: defaultdict(list))
     for t in tuning:
@@ -53,7 +56,7 @@ def test_each_cell_is_tuned_on_the_restricted_steps_to_the_target_after_a_x2_ref
         by[(t["privacy"], t["K"], t["method"])][t["lr"]].append((score, t["final_accuracy"], t["chosen"]))
     coarse = {"fedbuff-sgd": 2, "fedbuff-momentum": 2, "fedbuff-ma-light": 2, "fedbuff-ca2fl": 2, "sync-momentum": 2}
     for key, lrs in by.items():
-        assert len(lrs) >= coarse[key[2]] + 2  # the refinement added best/2 and best·2 at least
+        assert len(lrs) >= coarse[key[2]] + 1  # the refinement went beyond the edge that won, or both ×2 neighbours
         mean = {lr: np.mean([s for s, _, _ in v]) for lr, v in lrs.items()}
         chosen = [lr for lr, v in lrs.items() if v[0][2]]
         assert len(chosen) == 1

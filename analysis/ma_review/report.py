@@ -82,12 +82,14 @@ def _setup(rows: Rows, tuning: Rows, by_cell: dict[CellId, Rows]) -> list[str]:
     seeds = sorted({r["seed"] for r in rows})
     tseeds = sorted({r["seed"] for r in tuning})
     horizons = sorted({r["horizon"] for r in rows})
+    spacing = sorted({round(r["cross_high"] - r["cross_low"], 6) for r in rows if r["reached"] and r["cross_low"] > 0})
     missing = sum(r["status"] == "missing" for r in rows)
     failed = sum(r["status"] not in ("completed", "missing") for r in rows)
     out = ["## Setup\n",
            f"* {len(by_cell)} cells (task × privacy × K × method), {len(rows)} evaluation runs on seeds {seeds}"
            + (f" ({missing} not run: `missing`)" if missing else "") + (f", {failed} did not complete" if failed else "") + ";",
-           f"* {len(tuning)} tuning runs on the held-out seed(s) {tseeds}; horizon {', '.join(str(h) for h in horizons)} server steps;",
+           f"* {len(tuning)} tuning runs on the held-out seed(s) {tseeds}; horizon {', '.join(str(h) for h in horizons)} server steps, "
+           f"evaluated every {', '.join(f'{s:g}' for s in spacing) or '—'} steps (the width of every crossing interval);",
            "* targets, fixed before any evaluation run from the reference on the tuning seeds:\n",
            "| task | reference lr | its mean final accuracy (tuning seeds) | target |", "|---|---|---|---|"]
     for task, (lr, acc, target) in sorted(reference_target(tuning).items()):
@@ -130,10 +132,12 @@ def _order(key: CellId) -> tuple[Any, ...]:
 def _pairs(by_cell: dict[CellId, Rows]) -> list[str]:
     out = ["## Paired comparisons\n",
            "Speed: RMST_base / RMST_rule on the same seeds (> 1: the rule reaches the target sooner) with its 95 % "
-           "paired-bootstrap interval (BCa); unreached seeds are counted at the horizon and named; the range in "
+           "paired-bootstrap interval (its kind in the last column, docs/studies.md §5); unreached seeds are counted "
+           "at the horizon and named; the range in "
            "brackets after it is the ratio with every crossing at the end of its interval least and most favourable "
            "to the rule. Final accuracy: rule − base, paired t interval, and relative to the base.\n",
-           "| task | privacy | K | rule | base | speed | final accuracy, rule − base | relative |", "|---|---|---|---|---|---|---|---|"]
+           "| task | privacy | K | rule | base | speed | final accuracy, rule − base | relative | interval |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(by_cell, key=_order):
         task, privacy, K, rule = key
         for base, r in PAIRS:
@@ -145,7 +149,7 @@ def _pairs(by_cell: dict[CellId, Rows]) -> list[str]:
             d = pair.final_diff
             out.append(f"| {task} | {privacy} | {K} | {label(rule)} | {label(base)} | {pair.speed.text('rule', 'base')} | "
                        f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] | {pct(pair.final_rel[0])} [{pct(pair.final_rel[1])}, "
-                       f"{pct(pair.final_rel[2])}] |")
+                       f"{pct(pair.final_rel[2])}] | {pair.speed.method} |")
     out.append("")
     return out
 
@@ -193,37 +197,34 @@ def _dp(by_cell: dict[CellId, Rows]) -> list[str]:
 
 
 def _ablation(by_cell: dict[CellId, Rows]) -> list[str]:
-    """The runs that share a tuned learning rate (``lr_from``) against their source cell."""
+    """The cells that share a tuned learning rate (``lr_from``) against their source cell."""
     out = ["## What makes MA slow under DP: counts and noise (ablations)\n",
            "Cells that reuse the learning rate of a tuned DP cell (the same update noise; only the count "
            "post-processing, the exact W of the oracle, or the noise mechanism differ), against that cell. The oracle "
            "is not private: the server uses the exact counts.\n",
            "| task | K | method | variant | counts | noise | final accuracy | Δ final vs source [95 %] | RMST | speed vs source | bias | ampl. | gain | iterate noise |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    variants: dict[CellId, list[CellId]] = {}  # source cell -> its variants
     for key in sorted(by_cell, key=_order):
+        source = by_cell[key][0]["lr_from"]
+        if source and (key[0], source, key[2], key[3]) in by_cell:
+            variants.setdefault((key[0], source, key[2], key[3]), []).append(key)
+
+    def row(key: CellId, name: str, delta: str, speed: str) -> str:
         runs = by_cell[key]
-        source = runs[0]["lr_from"]
-        if not source:
-            continue
-        task, privacy, K, method = key
         s = summary(runs)
-        src = by_cell.get((task, source, K, method))
-        delta = speed = "—"
-        if src is not None:
-            pair = paired(src, runs)
-            if pair is not None:
-                d = pair.final_diff
-                delta = f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
-                speed = pair.speed.text("variant", "source")
-            ss = summary(src)
-            if key == sorted(k for k in by_cell if k[0] == task and k[2] == K and k[3] == method
-                             and by_cell[k][0]["lr_from"] == source)[0]:
-                out.append(f"| {task} | {K} | {label(method)} | **{source}** (source) | {src[0]['counts']} | {src[0]['noise']} | "
-                           f"{ss.final.text(3)} | | {ss.rmst:.1f} | | {f(ss.means['bias'])} | {f(ss.means['amplification'])} | "
-                           f"{f(ss.means['noise_gain'])} | {f(ss.means['iterate_noise'])} |")
-        out.append(f"| {task} | {K} | {label(method)} | {privacy} | {runs[0]['counts']} | {runs[0]['noise']} | {s.final.text(3)} | "
-                   f"{delta} | {s.rmst:.1f} | {speed} | {f(s.means['bias'])} | {f(s.means['amplification'])} | "
-                   f"{f(s.means['noise_gain'])} | {f(s.means['iterate_noise'])} |")
+        counts = "oracle: exact W, not private" if ":" in runs[0]["counts"] else runs[0]["counts"]  # a component named by its path
+        return (f"| {key[0]} | {key[2]} | {label(key[3])} | {name} | {counts} | {runs[0]['noise']} | {s.final.text(3)} | "
+                f"{delta} | {s.rmst:.1f} | {speed} | {f(s.means['bias'])} | {f(s.means['amplification'])} | "
+                f"{f(s.means['noise_gain'])} | {f(s.means['iterate_noise'])} |")
+
+    for source, keys in variants.items():
+        out.append(row(source, f"**{source[1]}** (source)", "", ""))
+        for key in keys:
+            pair = paired(by_cell[source], by_cell[key])
+            d = pair.final_diff if pair is not None else None
+            out.append(row(key, key[1], f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" if d else "—",
+                           pair.speed.text("variant", "source") if pair is not None else "—"))
     out.append("")
     return out
 

@@ -14,7 +14,7 @@ evaluation seeds, and write the tables the report is computed from.
    refined by ``×factor`` ``tuning.refine`` times. Where no rate reaches the target on any tuning
    seed (every mean is ``h``), the one with the highest mean final accuracy is chosen instead.
 3. **Evaluation.** Every cell runs every evaluation seed at its chosen rate (``lr_from`` cells at
-   the rate chosen for their source label).
+   the rate chosen for their source label), cell by cell in the spec's block order.
 
 Each stage goes through the parallel runner as one batch (tuning rounds are barriers), and the
 study is resumable as the old engine's is: a finished run is read back, never rerun.
@@ -159,8 +159,9 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
     lr_of = {src: (pick.lr if pick is not None else min(grids[src])) for src, pick in choices.items()}
 
     # 3. evaluation
-    # seed by seed: a study stopped early has every cell on its first seeds (--collect)
-    evals = [(c, c.point(seed, lr_of[c.source], steps)) for seed in spec.seeds for c in cells]
+    # cell by cell in the spec's block order, all seeds of a cell together: a study stopped early
+    # (--collect) has its first blocks complete, so list the blocks by priority
+    evals = [(c, c.point(seed, lr_of[c.source], steps)) for c in cells for seed in spec.seeds]
     runner.run([p for _, p in evals])
 
     tuning_rows = _tuning_rows(runner, tuned, grids, seeds, choices, stage1, targets)
