@@ -40,19 +40,31 @@ def _state(low: float, high: float, floor: float = 1.0) -> str:
     return "unresolved"
 
 
-def _verdict(states: list[str], in_range: list[bool]) -> str:
+def _verdict(states: list[str], in_range: list[bool], where: list[str], none: str = "intervals include no effect") -> str:
+    """The claim's verdict (module docstring) and, where the cells disagree, each one's state."""
     if not states:
         return "not tested"
     held = [s == "holds" for s in states]
+    detail = "" if len(set(states)) == 1 else ": " + ", ".join(f"{s} at {w}" for s, w in zip(states, where))
     if all(held) and all(in_range):
         return "**reproduced**"
     if all(held):
-        return "**holds, outside the paper's range in part**"
+        return "**holds**, outside the paper's range where marked"
     if any(s == "reversed" for s in states) and not any(held):
-        return "**contradicted**"
+        return "**contradicted**" + detail
     if any(held):
-        return "**partly**"
-    return "**not shown** (intervals include no effect)"
+        return "**partly**" + detail
+    return f"**not shown** ({none})"
+
+
+def _unreached(p: Any, base: str, rule: str) -> str:
+    c = p.speed
+    parts = [f"{name} unreached {k}/{p.n}" for name, k in ((base, c.censored_base), (rule, c.censored_rule)) if k]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _marked(inside: bool) -> str:
+    return "" if inside else " ‡"
 
 
 def _speed_rows(by_cell: dict[CellId, Rows], privacy: str, base: str, rule: str) -> list[tuple[str, int, Any]]:
@@ -69,7 +81,8 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
     lines = ["## Claims\n",
              "Verdicts follow the rules of docs/ma-review.md §5 (speed: the 95 % interval of the RMST ratio above 1; "
              "utility: the interval of the relative final-accuracy gain above 0; tuning: a width difference beyond one "
-             "refinement step).\n",
+             "refinement step). ‡: outside the paper's range. \"unreached\": seeds that never reached the target, "
+             "counted at the horizon.\n",
              "| claim | verdict | evidence (95 % intervals) | conditions | what would change it |", "|---|---|---|---|---|"]
     tasks = sorted({k[0] for k in by_cell})
     seeds = sorted({r["seed"] for runs in by_cell.values() for r in runs})
@@ -81,12 +94,13 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
         rows = _speed_rows(by_cell, NODP, "fedbuff-momentum", rule)
         states = [_state(p.speed.low, p.speed.high) for _, _, p in rows]
         ranges = [PAPER_SPEED[0] <= p.speed.ratio <= PAPER_SPEED[1] for _, _, p in rows]
-        ev = "; ".join(f"K = {K}: {p.speed.ratio:.2f}× [{p.speed.low:.2f}, {p.speed.high:.2f}]" +
-                       (f" (momentum unreached {p.speed.censored_base}/{p.n})" if p.speed.censored_base else "")
-                       for _, K, p in rows)
+        ev = "; ".join(f"K = {K}: {p.speed.ratio:.2f}× [{p.speed.low:.2f}, {p.speed.high:.2f}]{_marked(r)}"
+                       f"{_unreached(p, 'momentum', SHORT[rule])}, final {p.final_diff.mean:+.3f} "
+                       f"[{p.final_diff.low:+.3f}, {p.final_diff.high:+.3f}]" for (_, K, p), r in zip(rows, ranges))
         it = [across_k(by_cell, t, NODP, "fedbuff-momentum", rule) for t in tasks]
         it_text = "; ".join(f"across K p = {i.p_anova:.2g}, ×{math.exp(i.slope_per_log2K):.2f} per doubling" for i in it if i)
-        lines.append(f"| 1. {SHORT[rule]} reaches the target 1.15–4× sooner than naive momentum (no DP) | {_verdict(states, ranges)} | "
+        where = [f"K = {K}" for _, K, _ in rows]
+        lines.append(f"| 1. {SHORT[rule]} reaches the target 1.15–4× sooner than naive momentum (no DP) | {_verdict(states, ranges, where)} | "
                      f"{ev or '—'}{'; ' + it_text if it_text else ''} | {cond}; each rule at its own tuned lr | "
                      "a task where momentum itself helps (here the comparison is also against plain SGD, below); a longer "
                      "horizon when momentum is censored at the horizon |")
@@ -94,14 +108,16 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
     # 2. utility gains under DP
     dp_labels = sorted({k[1] for k in by_cell if k[1] != NODP and by_cell[k][0]["lr_from"] == ""})
     for rule in MA:
-        states, ranges, ev = [], [], []
+        states, ranges, ev, where = [], [], [], []
         for label in dp_labels:
             for task, K, p in _speed_rows(by_cell, label, "fedbuff-momentum", rule):
+                where.append(f"{label}, K = {K}")
                 lo, hi = p.final_rel[1], p.final_rel[2]
                 states.append(_state(lo, hi, 0.0))
                 ranges.append(PAPER_UTILITY[0] <= p.final_rel[0] <= PAPER_UTILITY[1])
-                ev.append(f"{label}, K = {K}: {100 * p.final_rel[0]:+.1f} % [{100 * lo:+.1f}, {100 * hi:+.1f}]")
-        lines.append(f"| 2. {SHORT[rule]} gains 3–20 % final accuracy over naive momentum under DP | {_verdict(states, ranges)} | "
+                ev.append(f"{label}, K = {K}: {100 * p.final_rel[0]:+.1f} % [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+                          f"{_marked(ranges[-1])}")
+        lines.append(f"| 2. {SHORT[rule]} gains 3–20 % final accuracy over naive momentum under DP | {_verdict(states, ranges, where)} | "
                      f"{'; '.join(ev) or '—'} | {cond}; DP settings {', '.join(dp_labels) or '—'} with the lr tuned under DP "
                      "(ε and each client's ε in the DP table) | a larger noise cohort or ε (less noise for MA to amplify); "
                      "another count post-processing (ablation table) |")
@@ -109,17 +125,19 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
     # 3. less tuning needed
     widths = {k: lr_sensitivity(v) for k, v in tuning_by_cell(tuning).items()}
     for rule in MA:
-        states, ev = [], []
+        states, ev, where = [], [], []
         for (task, p, K, m), w in sorted(widths.items()):
             base = widths.get((task, p, K, "fedbuff-momentum"))
             if m != rule or base is None or not (math.isfinite(w) and math.isfinite(base)):
                 continue
             states.append("holds" if w - base > 1 else "reversed" if base - w > 1 else "unresolved")
             ev.append(f"{p}, K = {K}: {w:.2f} vs {base:.2f}")
-        lines.append(f"| 3. {SHORT[rule]} needs less learning-rate tuning than naive momentum | {_verdict(states, [True] * len(states))} | "
+            where.append(f"{p}, K = {K}")
+        lines.append(f"| 3. {SHORT[rule]} needs less learning-rate tuning than naive momentum | "
+                     f"{_verdict(states, [True] * len(states), where, 'differences within one refinement step')} | "
                      f"width in log₂ η within 0.02 of the best final accuracy, MA vs momentum: {'; '.join(ev) or '—'} | "
-                     f"{cond}; one tuning seed, grid ×4 refined ×2 (no interval) | more tuning seeds; a finer grid; "
-                     "another tolerance |")
+                     f"{cond}; the tuning seeds' runs, rates ×2 apart (no interval with one tuning seed) | more tuning seeds "
+                     "(an interval on each width); a finer grid; another tolerance or a width in steps to target |")
 
     # 4. MA against the staleness-aware optimisers
     for comp in ("fedbuff-fadas", "fedbuff-ca2fl", "fedbuff-sgd-delay", "fedbuff-nesterov", "fedbuff-sgd"):

@@ -1,7 +1,7 @@
 """The review's figures, as PNG and PDF, from the study's tables alone (docs/ma-review.md §6):
 
 * ``curves_<task>_<privacy>`` — test accuracy against server steps (top row) and virtual time
-  (bottom row), one column per K, one curve per method (mean over seeds, band: 95 % t interval);
+  (bottom row, symmetric-log axis: sync's time runs 10–100× longer), one column per K, one curve per method (mean over seeds, band: 95 % t interval);
   every method has its own colour, line style and marker, the target is a dotted line, and both
   axes cover every run in full (the sync baseline is drawn to its own end on the time axis);
 * ``bias_<task>`` — the implicit momentum bias ‖AW − M‖_F/‖M‖_F of each momentum-type rule, one
@@ -87,7 +87,8 @@ def curves_figures(out: Path, rows: Rows, curves: Rows) -> list[Path]:
             for key in sorted(methods, key=lambda k: list(STYLE).index(k[1]) if k[1] in STYLE else 99):
                 color, ls, marker = _style(key[1])
                 runs = [sorted(v) for v in series[key].values()]
-                n = min(len(r) for r in runs)
+                n = max(len(r) for r in runs)
+                runs = [r for r in runs if len(r) == n]  # a run that diverged stops early: the mean is over the others
                 steps = np.array([p[0] for p in runs[0][:n]])
                 acc = np.array([[p[2] for p in r[:n]] for r in runs])
                 mean = acc.mean(axis=0)
@@ -104,12 +105,15 @@ def curves_figures(out: Path, rows: Rows, curves: Rows) -> list[Path]:
                 ax = axes[row][j]
                 ax.axhline(targets.get(task, math.nan), color="0.3", linestyle=":", linewidth=1)
                 ax.set_ylim(0, 1)
+                if row == 1:  # sync's rounds wait for the slowest of C: its time axis is 10–100× FedBuff's
+                    ax.set_xscale("symlog", linthresh=1.0)
                 ax.set_xlim(0, smax if row == 0 else tmax)
-                ax.set_xlabel(STEP_LABEL if row == 0 else TIME_LABEL)
+                ax.set_xlabel(STEP_LABEL if row == 0 else "virtual time (symlog)")
                 ax.set_ylabel("test accuracy")
                 ax.set_title(f"K = {K}" + (" (sync: cohort C, no K)" if row == 0 and sync else ""))
         _legend(fig, axes[0])
-        fig.suptitle(f"{task}, {privacy}: test accuracy (mean over seeds, 95 % band); dotted: the target")
+        fig.suptitle(f"{task}, {privacy}: test accuracy (mean over seeds, 95 % band); dotted: the target\n"
+                     f"bottom: against {TIME_LABEL}, linear below 1 and logarithmic above")
         written += _save(fig, out / f"curves_{task}_{privacy}")
     return written
 
@@ -129,10 +133,11 @@ def bias_figures(out: Path, rows: Rows) -> list[Path]:
         axes = fig.subplots(1, len(ks), squeeze=False)[0]
         width = 0.8 / max(1, len(momentum_type))
         for ax, K in zip(axes, ks):
+            here = [p for p in labels if any((task, p, K, m) in by_cell for m in momentum_type)]
             for i, m in enumerate(momentum_type):
                 color, _, marker = _style(m)
                 xs, ys, es = [], [], []
-                for x, p in enumerate(labels):
+                for x, p in enumerate(here):
                     runs = by_cell.get((task, p, K, m))
                     if runs:
                         ci = mean_ci([r["bias"] for r in runs])
@@ -142,13 +147,14 @@ def bias_figures(out: Path, rows: Rows) -> list[Path]:
                 if xs:
                     ax.bar(xs, ys, width, yerr=es, color=color, label=METHOD_LABELS[m], capsize=2,
                            hatch=["", "//", "..", "xx"][i], edgecolor="white", linewidth=0.5)
-            ax.set_xticks(range(len(labels)), labels, rotation=0)
+            ax.set_xticks(range(len(here)), here, rotation=0)
             ax.set_title(f"K = {K} (its own W)")
-            ax.set_ylabel("bias ‖AW − M‖_F / ‖M‖_F")
+            ax.set_ylabel(r"bias $\|AW - M\|_F\,/\,\|M\|_F$")
             ax.set_ylim(bottom=0)
         handles, names = axes[0].get_legend_handles_labels()
         fig.legend(handles, names, loc="outside lower center", ncol=4)
-        fig.suptitle(f"{task}: implicit momentum bias of each rule on its run's exact W (mean ± 95 % over seeds)")
+        fig.suptitle(f"{task}: implicit momentum bias of each rule on its run's exact W, against its own target M "
+                     "(mean ± 95 % over seeds)")
         written += _save(fig, out / f"bias_{task}")
     return written
 
@@ -202,8 +208,8 @@ def noise_figures(out: Path, rows: Rows) -> list[Path]:
         axes = fig.subplots(3, len(keys), squeeze=False)
         for j, key in enumerate(keys):
             names = [name for name, _ in groups[key]]
-            for row, (col, what) in enumerate((("final_accuracy", "final accuracy"), ("noise_gain", "noise gain η‖Aᵀ1‖₂"),
-                                               ("amplification", "‖A‖_F / ‖M‖_F"))):
+            for row, (col, what) in enumerate((("final_accuracy", "final accuracy"), ("noise_gain", r"noise gain $\eta\,\|A^\top 1\|_2$"),
+                                               ("amplification", r"$\|A\|_F\,/\,\|M\|_F$"))):
                 ax = axes[row][j]
                 cis = [mean_ci([r[col] for r in runs]) for _, runs in groups[key]]
                 ax.bar(range(len(names)), [c.mean for c in cis], yerr=[0 if not math.isfinite(c.half) else c.half for c in cis],

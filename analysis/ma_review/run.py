@@ -11,7 +11,8 @@ evaluation seeds, and write the tables the report is computed from.
    ``h``), so a rate's mean score is the restricted mean steps to target of its seeds — the
    report's metric (:func:`asyncfl.studies.survival.restricted_mean`). The best rate
    (:func:`asyncfl.studies.tuning.choose`; a diverged run has no score and is never chosen) is
-   refined by ``×factor`` ``tuning.refine`` times. Where no rate reaches the target on any tuning
+   refined by ``×factor`` ``tuning.refine`` times; a grid whose every rate diverged goes on below
+   its smallest rate instead. Where no rate reaches the target on any tuning
    seed (every mean is ``h``), the one with the highest mean final accuracy is chosen instead.
 3. **Evaluation.** Every cell runs every evaluation seed at its chosen rate (``lr_from`` cells at
    the rate chosen for their source label), cell by cell in the spec's block order.
@@ -109,10 +110,12 @@ def _tune(runner: Runner, sources: dict[Source, CellKey], grids: dict[Source, li
         extra: dict[Source, list[float]] = {}
         for src in sources:
             pick = chosen(src)
-            if pick is not None:
-                new = refine(grids[src], pick.lr, factor)
-                if new:
-                    extra[src] = [float(f"{lr:.6g}") for lr in new]
+            # every rate failed (diverged): the grid is too high, so it goes on below its smallest rate
+            new = refine(grids[src], pick.lr if pick is not None else min(grids[src]), factor)
+            if pick is None:
+                new = [lr for lr in new if lr < min(grids[src])]
+            if new:
+                extra[src] = [float(f"{lr:.6g}") for lr in new]
         if not extra:
             break
         runner.run([p for src, lrs in extra.items() for p in points(src, lrs)])
