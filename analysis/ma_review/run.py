@@ -24,7 +24,6 @@ study is resumable as the old engine's is: a finished run is read back, never re
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
