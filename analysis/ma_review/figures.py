@@ -145,14 +145,14 @@ def bias_figures(out: Path, rows: Rows) -> list[Path]:
                         ys.append(ci.mean)
                         es.append(0 if not math.isfinite(ci.half) else ci.half)
                 if xs:
-                    ax.bar(xs, ys, width, yerr=es, color=color, label=METHOD_LABELS[m], capsize=2,
-                           hatch=["", "//", "..", "xx"][i], edgecolor="white", linewidth=0.5)
+                    bars = ax.bar(xs, ys, width, yerr=es, color=color, label=METHOD_LABELS[m], capsize=2,
+                                  hatch=["", "//", "..", "xx"][i], edgecolor="white", linewidth=0.5)
+                    ax.bar_label(bars, fmt="%.2g", fontsize=7, padding=2)  # small values stay readable
             ax.set_xticks(range(len(here)), here, rotation=0)
             ax.set_title(f"K = {K} (its own W)")
             ax.set_ylabel(r"bias $\|AW - M\|_F\,/\,\|M\|_F$")
             ax.set_ylim(bottom=0)
-        handles, names = axes[0].get_legend_handles_labels()
-        fig.legend(handles, names, loc="outside lower center", ncol=4)
+        _legend(fig, axes)
         fig.suptitle(f"{task}: implicit momentum bias of each rule on its run's exact W, against its own target M "
                      "(mean ± 95 % over seeds)")
         written += _save(fig, out / f"bias_{task}")
