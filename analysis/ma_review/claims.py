@@ -98,14 +98,14 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
         rows = _speed_rows(by_cell, NODP, "fedbuff-momentum", rule)
         states = [_state(p.speed.low, p.speed.high) for _, _, p in rows]
         ranges = [PAPER_SPEED[0] <= p.speed.ratio <= PAPER_SPEED[1] for _, _, p in rows]
-        ev = "; ".join(f"K = {K}: {p.speed.ratio:.2f}× [{p.speed.low:.2f}, {p.speed.high:.2f}]{_marked(r)}"
+        evidence = "; ".join(f"K = {K}: {p.speed.ratio:.2f}× [{p.speed.low:.2f}, {p.speed.high:.2f}]{_marked(r)}"
                        f"{_unreached(p, 'momentum', SHORT[rule])}, final {p.final_diff.mean:+.3f} "
                        f"[{p.final_diff.low:+.3f}, {p.final_diff.high:+.3f}]" for (_, K, p), r in zip(rows, ranges))
         it = [across_k(by_cell, t, NODP, "fedbuff-momentum", rule) for t in tasks]
         it_text = "; ".join(f"across K p = {i.p_anova:.2g}, ×{math.exp(i.slope_per_log2K):.2f} per doubling" for i in it if i)
         where = [f"K = {K}" for _, K, _ in rows]
         lines.append(f"| 1. {SHORT[rule]} reaches the target 1.15–4× sooner than naive momentum (no DP) | {_verdict(states, ranges, where)} | "
-                     f"{ev or '—'}{'; ' + it_text if it_text else ''} | {cond}; each rule at its own tuned lr | "
+                     f"{evidence or '—'}{'; ' + it_text if it_text else ''} | {cond}; each rule at its own tuned lr | "
                      "a task where momentum itself helps (here the comparison is also against plain SGD, below); a longer "
                      "horizon when momentum is censored at the horizon |")
 
@@ -133,17 +133,17 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
     # 3. less tuning needed
     widths = {k: lr_sensitivity(v) for k, v in tuning_by_cell(tuning).items()}
     for rule in MA:
-        states, ev, where = [], [], []
+        states, notes, where = [], [], []
         for (task, p, K, m), w in sorted(widths.items()):
-            base = widths.get((task, p, K, "fedbuff-momentum"))
-            if m != rule or base is None or not (math.isfinite(w) and math.isfinite(base)):
+            base_width = widths.get((task, p, K, "fedbuff-momentum"))
+            if m != rule or base_width is None or not (math.isfinite(w) and math.isfinite(base_width)):
                 continue
-            states.append("holds" if w - base > 1 else "reversed" if base - w > 1 else "unresolved")
-            ev.append(f"{p}, K = {K}: {w:.2f} vs {base:.2f}")
+            states.append("holds" if w - base_width > 1 else "reversed" if base_width - w > 1 else "unresolved")
+            notes.append(f"{p}, K = {K}: {w:.2f} vs {base_width:.2f}")
             where.append(f"{p}, K = {K}")
         lines.append(f"| 3. {SHORT[rule]} needs less learning-rate tuning than naive momentum | "
                      f"{_verdict(states, [True] * len(states), where, 'differences within one refinement step')} | "
-                     f"width in log₂ η within 0.02 of the best final accuracy, MA vs momentum: {'; '.join(ev) or '—'} | "
+                     f"width in log₂ η within 0.02 of the best final accuracy, MA vs momentum: {'; '.join(notes) or '—'} | "
                      f"{cond}; the tuning seeds' runs, rates ×2 apart (no interval with one tuning seed) | more tuning seeds "
                      "(an interval on each width); a finer grid; another tolerance or a width in steps to target |")
 
@@ -155,14 +155,14 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
                 continue
             states = [_state(p.speed.low, p.speed.high) for _, _, p in rows]
             finals = [_state(p.final_diff.low, p.final_diff.high, 0.0) for _, _, p in rows]
-            ev = "; ".join(f"K = {K}: {p.speed.ratio:.2f}× [{p.speed.low:.2f}, {p.speed.high:.2f}]"
+            evidence = "; ".join(f"K = {K}: {p.speed.ratio:.2f}× [{p.speed.low:.2f}, {p.speed.high:.2f}]"
                            f"{_unreached(p, SHORT[comp], SHORT[rule])}, final "
                            f"{p.final_diff.mean:+.3f} [{p.final_diff.low:+.3f}, {p.final_diff.high:+.3f}]" for _, K, p in rows)
             word = {"holds": f"{SHORT[rule]} faster", "reversed": f"{SHORT[comp]} faster", "unresolved": "speed unresolved"}
             acc = {"holds": f"{SHORT[rule]} more accurate", "reversed": f"{SHORT[comp]} more accurate",
                    "unresolved": "final accuracy unresolved"}
             verdict = ", ".join(f"K = {K}: {word[s]}, {acc[a]}" for (_, K, _), s, a in zip(rows, states, finals))
-            lines.append(f"| 4. {SHORT[rule]} against {SHORT[comp]} (no DP) | {verdict} | {ev} | {cond}; each at its own "
+            lines.append(f"| 4. {SHORT[rule]} against {SHORT[comp]} (no DP) | {verdict} | {evidence} | {cond}; each at its own "
                          "tuned lr | another task or K; the comparators' own hyper-parameters (β₂, κ) were not tuned |")
     lines.append("")
     return lines

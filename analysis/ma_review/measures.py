@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from asyncfl.errors import RunDirError
 from asyncfl.results import Run
 from asyncfl.run.bias_report import analysis_of, load_run
-from asyncfl.server.ma import light_matrix_from_uv, target_matrix
+from asyncfl.server.ma import TargetKind, light_matrix_from_uv, target_matrix
 from asyncfl.studies.crossing import crossing
 
 NAN = math.nan
@@ -88,7 +88,7 @@ def own_coefficients(run_dir: Path, method: str) -> np.ndarray | None:
     if method == "fedbuff-ma-full":
         return np.asarray(coefficients[:T, :T], dtype=np.float64)
     if method == "fedbuff-ma-light":
-        return light_matrix_from_uv(np.asarray(coefficients[:T, :2], dtype=np.float64), kind, beta)
+        return light_matrix_from_uv(np.asarray(coefficients[:T, :2], dtype=np.float64), cast(TargetKind, kind), beta)
     return None
 
 

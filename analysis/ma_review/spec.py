@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from asyncfl.config import scenario as scenario_mod
 from analysis.ma_study.spec import (NODP, LrGrid, MethodName, PosInt, PrivacyEntry, StudyError, StudySpec, TaskEntry,
@@ -89,7 +89,7 @@ class ReviewSpec(_Section):
         )
 
 
-_MODEL_AT = {"": ReviewSpec, "tasks": TaskEntry, "privacy": PrivacyEntry, "tuning": ReviewTuning, "lr_grid": LrGrid,
+_MODEL_AT: dict[str, type[BaseModel]] = {"": ReviewSpec, "tasks": TaskEntry, "privacy": PrivacyEntry, "tuning": ReviewTuning, "lr_grid": LrGrid,
              "target": TargetEntry, "cells": Cell}
 
 
