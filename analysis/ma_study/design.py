@@ -103,23 +103,27 @@ class Study:
         if problems:
             raise StudyError(problems, source)
         # every scenario of the study must validate before anything runs
-        for i, task in enumerate(spec.tasks):
-            for method in spec.methods:
-                for K in self.concurrencies(method):
-                    for label in self.settings_of(task.name):
-                        point = Point(task.name, method, K, spec.seeds[0], label, self.spec.lr_grid.of(method)[0], spec.steps)
-                        try:
-                            sc = self.scenario(point)
-                            check_memory(sc)  # and that it fits this machine
-                            if sc.privacy.enabled:  # σ, ξ > σ, the cap: what the run checks when it starts
-                                build_privacy(sc.privacy, int(sc.server.buffer), sc.population.clients, sc.run.steps,
-                                              sc.server.max_staleness, sc.server.staleness_exponent,
-                                              sc.server.protocol)
-                        except ScenarioError as exc:
-                            where = f"tasks[{i}] ({task.name}), {method}, K={K}, privacy={label}"
-                            problems.extend(f"{where}: {p}" for p in exc.problems)
+        index = {t.name: i for i, t in enumerate(spec.tasks)}
+        for task, method, K, label in self.combinations():
+            point = Point(task, method, K, spec.seeds[0], label, self.spec.lr_grid.of(method)[0], spec.steps)
+            try:
+                sc = self.scenario(point)
+                check_memory(sc)  # and that it fits this machine
+                if sc.privacy.enabled:  # σ, ξ > σ, the cap: what the run checks when it starts
+                    build_privacy(sc.privacy, int(sc.server.buffer), sc.population.clients, sc.run.steps,
+                                  sc.server.max_staleness, sc.server.staleness_exponent,
+                                  sc.server.protocol)
+            except ScenarioError as exc:
+                where = f"tasks[{index[task]}] ({task}), {method}, K={K}, privacy={label}"
+                problems.extend(f"{where}: {p}" for p in exc.problems)
         if problems:
             raise StudyError(sorted(set(problems), key=problems.index), source)
+
+    def combinations(self) -> list[tuple[str, str, int, str]]:
+        """Every (task, method, K, privacy label) the study runs: all of them here; a study that
+        runs a subset (:mod:`analysis.ma_review`) validates only its own."""
+        return [(task.name, method, K, label) for task in self.spec.tasks for method in self.spec.methods
+                for K in self.concurrencies(method) for label in self.settings_of(task.name)]
 
     def digest(self) -> str:
         """SHA-256 of everything the study's runs follow from: the validated spec and each
@@ -162,9 +166,13 @@ class Study:
         if method == "sync-momentum":
             return {"server.protocol": "sync", "server.rule": "momentum", "server.concurrency": None, "server.cohort": C}
         rule = {"fedbuff-sgd": "sgd", "fedbuff-momentum": "momentum", "fedbuff-nesterov": "nesterov",
-                "fedbuff-ma-full": "ma-full", "fedbuff-ma-light": "ma-light"}[method]
+                "fedbuff-ma-full": "ma-full", "fedbuff-ma-light": "ma-light", "fedbuff-fadas": "fadas",
+                "fedbuff-ca2fl": "sgd", "fedbuff-sgd-delay": "sgd-delay"}[method]
         target = "nesterov" if method == "fedbuff-nesterov" else self.spec.ma_target
-        return {"server.protocol": "fedbuff", "server.rule": rule, "server.ma_target": target, "server.cohort": None}
+        out = {"server.protocol": "fedbuff", "server.rule": rule, "server.ma_target": target, "server.cohort": None}
+        if method == "fedbuff-ca2fl":  # CA2FL calibrates with unweighted updates: p = 0 (docs/async-optimisers.md §4)
+            out.update({"server.algorithm": "ca2fl", "server.staleness_exponent": 0.0})
+        return out
 
     def privacy_overrides(self, point: Point, clients: int) -> dict[str, Any]:
         """The ``[privacy]`` keys of a point. σ is that of the *full* run (the study's ``steps``):
@@ -180,6 +188,11 @@ class Study:
         }
         if p.max_participations is not None:  # a key of the participation cap (refused under Poisson)
             out["privacy.max_participations"] = p.max_participations
+        if p.min_separation is not None:
+            out["privacy.min_separation"] = p.min_separation
+        out["privacy.noise"] = p.noise
+        if p.noise_bands is not None:  # a key of the banded mechanism
+            out["privacy.noise_bands"] = p.noise_bands
         if p.clip is not None:
             out["privacy.clip"] = p.clip
         if p.xi_over_sigma is not None or point.steps != self.spec.steps:
@@ -200,10 +213,12 @@ class Study:
         if key not in self._sigma:
             p: PrivacyEntry = self.privacy[point.privacy]
             # the [privacy] section with the sampling assumption's own keys (the cap's k)
-            section = scenario_mod.composed("privacy", (REGISTRY.get("sampling", p.sampling),))
-            own = {} if p.max_participations is None else {"max_participations": p.max_participations}
+            section = scenario_mod.composed("privacy", (REGISTRY.get("sampling", p.sampling), REGISTRY.get("noise", p.noise)))
+            own = {key: value for key, value in (("max_participations", p.max_participations),
+                                                 ("min_separation", p.min_separation), ("noise_bands", p.noise_bands))
+                   if value is not None}
             cfg = section(enabled=True, epsilon=p.epsilon, delta=p.delta, accountant=p.accountant,
-                          sampling=p.sampling, noise_cohort=p.noise_cohort, **own)
+                          sampling=p.sampling, noise_cohort=p.noise_cohort, noise=p.noise, **own)
             shape = run_shape(cfg, protocol, clients, self.spec.buffer, self.spec.steps)
             self._sigma[key] = float(resolve_sigma(cfg, shape)[0])
         return self._sigma[key]

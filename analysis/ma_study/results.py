@@ -11,7 +11,7 @@ from typing import Any
 
 from asyncfl.errors import RunDirError
 from asyncfl.results import Run
-from analysis.ma_study.spec import BIAS_KEY
+from analysis.ma_study.spec import BIAS_KEY, NO_BIAS
 
 #: a run with one of these ``summary.json`` statuses is not run again (divergence is deterministic)
 DONE_STATUSES = ("completed", "diverged")
@@ -49,7 +49,10 @@ def _bias_entry(run_dir: Path, *path: str) -> float:
 
 
 def run_bias(run_dir: Path, method: str) -> float:
-    """The bias of the method's own rule from the run's ``bias.json`` (key :data:`BIAS_KEY`)."""
+    """The bias of the method's own rule from the run's ``bias.json`` (key :data:`BIAS_KEY`; NaN
+    for a method without a linear target, :data:`NO_BIAS`)."""
+    if method in NO_BIAS:
+        return math.nan
     key = BIAS_KEY[method]
     if key is None:
         return 0.0  # sync: W = I and A = M
@@ -58,7 +61,9 @@ def run_bias(run_dir: Path, method: str) -> float:
 
 def run_amplification(run_dir: Path, method: str) -> float:
     """The noise amplification of the method's own rule, ``‖A‖_F`` relative to naive momentum's,
-    from the run's ``bias.json`` (docs/server-rules.md); 1 for sync (A = M)."""
+    from the run's ``bias.json`` (docs/server-rules.md); 1 for sync (A = M), NaN without a linear target."""
+    if method in NO_BIAS:
+        return math.nan
     key = BIAS_KEY[method]
     if key is None:
         return 1.0

@@ -12,7 +12,16 @@ Methods (the rule's server learning rate is the one tuned):
 ``sync-momentum``      synchronous FedAvg with server momentum, cohort = C (no staleness;
                        does not depend on K, so it runs once per task/DP/seed and its row
                        carries ``K = C``)
+``fedbuff-fadas``      FedBuff, FADAS (AMSGrad with the delay-adaptive step, β₁ = β;
+                       docs/async-optimisers.md §3)
+``fedbuff-ca2fl``      FedBuff, CA2FL's cached-update calibration with the plain step
+                       (``server.algorithm = "ca2fl"``, ``rule = "sgd"``, staleness exponent
+                       0 as CA2FL requires; not private; docs/async-optimisers.md §4)
+``fedbuff-sgd-delay``  FedBuff, the delay-adaptive step ``min(1, κ/τ_max)``
+                       (docs/async-optimisers.md §2)
 =====================  ==============================================================
+
+The last three are not in the default ``methods`` (:data:`ALL_METHODS`); a spec names them.
 
 The ``bias`` column of ``results.csv`` is the implicit momentum bias ``‖AW − M‖_F/‖M‖_F`` of the
 run's own rule, read from its ``bias.json`` (computed on the exact W) under :data:`BIAS_KEY`:
@@ -20,7 +29,9 @@ run's own rule, read from its ``bias.json`` (computed on the exact W) under :dat
 Nesterov the run sets ``server.ma_target = "nesterov"`` (which only the MA rules and the analysis
 read), so its ``momentum`` entry is naive Nesterov's bias against the Nesterov M; ``ma_full`` /
 ``ma_light`` for the MA rules (against ``ma_target``'s M). Sync runs have W = I exactly and use
-A = M, so their bias is 0.
+A = M, so their bias is 0. FADAS and the delay-adaptive step have no linear target (their
+``own_bias`` trait is None): their bias and amplification are blank (NaN); CA2FL's rule is SGD,
+so its row is SGD's (W against I), measured on the uncalibrated W the rule receives.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from asyncfl.errors import AsyncFLError
 
 MethodName = Literal[
     "fedbuff-sgd", "fedbuff-momentum", "fedbuff-nesterov", "fedbuff-ma-full", "fedbuff-ma-light", "sync-momentum",
+    "fedbuff-fadas", "fedbuff-ca2fl", "fedbuff-sgd-delay",
 ]
 ALL_METHODS: tuple[str, ...] = (
     "fedbuff-sgd", "fedbuff-momentum", "fedbuff-nesterov", "fedbuff-ma-full", "fedbuff-ma-light", "sync-momentum",
@@ -44,12 +56,16 @@ ALL_METHODS: tuple[str, ...] = (
 METHOD_LABELS = {
     "fedbuff-sgd": "FedBuff + SGD", "fedbuff-momentum": "FedBuff + momentum", "fedbuff-nesterov": "FedBuff + Nesterov",
     "fedbuff-ma-full": "FedBuff + MA-full", "fedbuff-ma-light": "FedBuff + MA-light", "sync-momentum": "sync FedAvg + momentum",
+    "fedbuff-fadas": "FedBuff + FADAS", "fedbuff-ca2fl": "FedBuff + CA2FL", "fedbuff-sgd-delay": "FedBuff + delay-adaptive SGD",
 }
 #: bias.json key holding the bias of each method's own rule (see the module docstring)
 BIAS_KEY = {
     "fedbuff-sgd": "none", "fedbuff-momentum": "momentum", "fedbuff-nesterov": "momentum",
     "fedbuff-ma-full": "ma_full", "fedbuff-ma-light": "ma_light", "sync-momentum": None,
+    "fedbuff-ca2fl": "none",
 }
+#: methods without a linear target: no bias, no amplification (NaN in results.csv)
+NO_BIAS = ("fedbuff-fadas", "fedbuff-sgd-delay")
 
 
 class StudyError(AsyncFLError, ValueError):
@@ -103,7 +119,12 @@ class PrivacyEntry(_Section):
     max_participations: PosInt | None = None
     noise_cohort: PosInt | None = None
     accountant: Literal["pld", "rdp"] = "pld"
-    counts: Literal["raw", "clamp", "project"] = "project"
+    # a count post-processing mode's name (docs/privacy.md §3; the scenario's validation names the allowed ones)
+    counts: Annotated[str, Field(min_length=1, max_length=200)] = "project"
+    # the noise mechanism across steps (docs/privacy.md §12): "iid", or "banded"/"blt" under a participation cap
+    noise: Annotated[str, Field(min_length=1, max_length=200)] = "iid"
+    noise_bands: PosInt | None = None
+    min_separation: PosInt | None = None
     tasks: Annotated[list[str], Field(min_length=1)] | None = None
 
     def describe(self) -> str:
@@ -111,8 +132,12 @@ class PrivacyEntry(_Section):
         split = (f"ξ = {self.xi_over_sigma:g}σ" if self.xi_over_sigma is not None else
                  f"ξ = {self.xi:g}" if self.xi is not None else f"γ = {self.gamma:g}" if self.gamma is not None else "ξ/γ of the task")
         cap = f", at most {self.max_participations} participations per client" if self.sampling == "participation-cap" else ""
+        if self.sampling == "participation-cap" and self.min_separation is not None:
+            cap += f", at least {self.min_separation} steps apart"
         cohort = f", noise cohort M = {self.noise_cohort}" if self.noise_cohort is not None else ""
-        return f"ε = {self.epsilon:g}, δ = {self.delta:g} ({self.sampling}{cap}{cohort}; {self.accountant}), {split}, counts `{self.counts}`"
+        noise = "" if self.noise == "iid" else f", {self.noise} noise" + (f" ({self.noise_bands} bands)" if self.noise_bands else "")
+        return (f"ε = {self.epsilon:g}, δ = {self.delta:g} ({self.sampling}{cap}{cohort}; {self.accountant}), {split}, "
+                f"counts `{self.counts}`{noise}")
 
 
 class TuningEntry(_Section):
@@ -139,6 +164,9 @@ class LrGrid(_Section):
     fedbuff_ma_full: LrList | None = Field(None, alias="fedbuff-ma-full")
     fedbuff_ma_light: LrList | None = Field(None, alias="fedbuff-ma-light")
     sync_momentum: LrList | None = Field(None, alias="sync-momentum")
+    fedbuff_fadas: LrList | None = Field(None, alias="fedbuff-fadas")
+    fedbuff_ca2fl: LrList | None = Field(None, alias="fedbuff-ca2fl")
+    fedbuff_sgd_delay: LrList | None = Field(None, alias="fedbuff-sgd-delay")
 
     def of(self, method: str) -> list[float] | None:
         return getattr(self, method.replace("-", "_"))

@@ -78,8 +78,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "a SamplingAssumption"),
     Kind("accountant", "privacy accountant", "privacy", "accountant", "pld", tr.PlainTraits, False,
          "epsilon(releases, sigma, delta) -> float"),
-    Kind("counts", "count post-processing", "privacy", "counts", "project", tr.PlainTraits, False,
-         "postprocess(counts, C) -> ndarray"),
+    Kind("counts", "count post-processing", "privacy", "counts", "project", tr.CountsTraits, False,
+         "postprocess(counts, C) -> ndarray (CountsTraits.exact: postprocess(counts, C, exact))"),
     Kind("noise", "noise mechanism", "privacy", "noise", "iid", tr.NoiseTraits, False,
          "build(cfg, NoiseContext) -> Strategy (docs/privacy.md §12)"),
 )}

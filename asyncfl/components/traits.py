@@ -172,6 +172,15 @@ class NoiseTraits(Traits):
 
 
 @dataclass(frozen=True)
+class CountsTraits(Traits):
+    """``exact``: the mode also reads the step's exact staleness counts, ``postprocess(ĉ, C,
+    exact)`` — an analysis oracle, not a private mode: no built-in declares it, and a run whose
+    mode does is reported as not private (docs/privacy.md §3, "Oracle counts")."""
+
+    exact: bool = False
+
+
+@dataclass(frozen=True)
 class PlainTraits(Traits):
-    """Kinds whose components have nothing to declare beyond the base (accountants, count
-    post-processing)."""
+    """Kinds whose components have nothing to declare beyond the base (accountants, update
+    hooks)."""

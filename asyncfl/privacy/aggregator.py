@@ -77,6 +77,8 @@ class PrivateAggregator:
         self.clip = float(clip)
         self.gamma = float(gamma)
         self.counts = counts
+        # an analysis oracle (CountsTraits.exact) is handed the step's exact counts (docs/privacy.md §3)
+        self.oracle = bool(REGISTRY.get("counts", counts).traits.exact)
         self.noise_cohort = self.buffer if noise_cohort is None else int(noise_cohort)  # M
         if self.noise_cohort < self.buffer:
             raise ScenarioError([f"privacy.noise_cohort = {self.noise_cohort}: must be at least server.buffer = {self.buffer}"])
@@ -130,7 +132,8 @@ class PrivateAggregator:
             r, c_hat = mechanism.decode(total, d, L, self.buffer, self.gamma)
             r = r.to(dtype=like.dtype).reshape(like.shape).clone()
         del total  # the noisy sum is not kept either
-        counts = mechanism.postprocess_counts(c_hat, self.buffer, self.counts)
+        exact = np.bincount([min(int(u.staleness), L - 1) for u in updates], minlength=L) if self.oracle else None
+        counts = mechanism.postprocess_counts(c_hat, self.buffer, self.counts, exact)
         return Aggregate(step=int(step), r=r, weights=weight_row(counts, self.buffer, self.exponent), raw_counts=c_hat.copy())
 
 
@@ -356,6 +359,10 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
                       f"release of the factorised mechanism, with sensitivity {setup.strategy_sensitivity:.4g} under "
                       f"the (k, b) = ({shape.max_participations}, {shape.min_separation}) schema, and ε is that "
                       "release's (docs/privacy.md §12), not the k-fold composition above")
+    if REGISTRY.get("counts", setup.counts).traits.exact:  # an analysis oracle (docs/privacy.md §3)
+        statement = (f"NOT PRIVATE: privacy.counts = {setup.counts!r} reads the exact staleness counts (an analysis "
+                     "oracle), so the counts the server uses are released without noise; the ε below covers the "
+                     "model update only. " + statement)
     out: dict[str, Any] = {
         "sigma": setup.sigma,
         "gamma": setup.gamma,

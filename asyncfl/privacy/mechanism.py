@@ -91,7 +91,7 @@ def decode(noisy_sum: torch.Tensor, d: int, L: int, C: int, gamma: float) -> tup
     return r, c_hat
 
 
-def postprocess_counts(c_hat: np.ndarray, C: int, mode: CountsMode = "project") -> np.ndarray:
+def postprocess_counts(c_hat: np.ndarray, C: int, mode: CountsMode = "project", exact: np.ndarray | None = None) -> np.ndarray:
     """Post-process one row of noisy counts ``ĉ_τ`` (free under DP, docs/privacy.md) with the mode
     registered as ``mode`` in :data:`~asyncfl.config.registries.COUNT_MODES`:
 
@@ -101,10 +101,17 @@ def postprocess_counts(c_hat: np.ndarray, C: int, mode: CountsMode = "project") 
       (:func:`counts_project`);
     * ``'simplex'``: Euclidean projection onto ``{c ≥ 0, Σc = C}`` (:func:`project_simplex`);
       never increases the L2 error. Offered for comparison (``analysis/privacy_counts_eval.py``).
-    """
+
+    A mode whose traits declare ``exact`` (an analysis oracle, docs/privacy.md §3) also gets the
+    step's ``exact`` counts, which the caller must then give."""
     if mode not in COUNT_MODES:
         raise ScenarioError([COUNT_MODES.unknown(mode)])
-    return COUNT_MODES.load(mode)(np.asarray(c_hat, dtype=np.float64), C)
+    c = np.asarray(c_hat, dtype=np.float64)
+    if COUNT_MODES.get(mode).traits.exact:
+        if exact is None:
+            raise ValueError(f"privacy.counts = {mode!r} reads the exact counts, and none were given")
+        return COUNT_MODES.load(mode)(c, C, np.asarray(exact, dtype=np.float64))
+    return COUNT_MODES.load(mode)(c, C)
 
 
 def gamma_from_xi(sigma: float, clip: float, xi: float) -> float:

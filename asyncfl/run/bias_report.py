@@ -116,7 +116,11 @@ def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray], 
         return None
     raw = raw[:steps]
     C = scenario.server.buffer
-    return np.stack([postprocess_counts(row, C, scenario.privacy.counts) for row in raw]) if len(raw) else raw
+    # the exact counts, as wide as the noisy rows: read only by an analysis oracle (docs/privacy.md §3)
+    exact = np.zeros(raw.shape)
+    width = min(raw.shape[1], arrays["by_staleness"].shape[1])
+    exact[:, :width] = arrays["by_staleness"][: len(raw), :width]
+    return np.stack([postprocess_counts(row, C, scenario.privacy.counts, exact[i]) for i, row in enumerate(raw)]) if len(raw) else raw
 
 
 def bias_of_run(run_dir: str | Path) -> dict[str, Any]:

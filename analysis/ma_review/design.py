@@ -1,0 +1,91 @@
+"""The review study's cells and points (docs/ma-review.md §2), on the old engine's scenario builder.
+
+:class:`ReviewStudy` is an :class:`analysis.ma_study.design.Study` whose scenarios are those of
+the cells only (so a method that cannot run under DP, CA2FL, is never asked to), validated in
+full before anything runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analysis.ma_study.design import Point, Study
+from analysis.ma_study.spec import NODP, StudyError, read_spec_file
+from analysis.ma_review.spec import ReviewSpec, parse_review
+
+
+@dataclass(frozen=True)
+class CellKey:
+    """One cell: its block's name, and the task, privacy label, K and method it runs."""
+
+    block: str
+    task: str
+    privacy: str
+    K: int
+    method: str
+    lr_from: str | None = None
+
+    @property
+    def tuned(self) -> bool:
+        return self.lr_from is None
+
+    @property
+    def source(self) -> tuple[str, str, int, str]:
+        """The (task, privacy, K, method) whose tuned learning rate the cell uses."""
+        return (self.task, self.lr_from or self.privacy, self.K, self.method)
+
+    def point(self, seed: int, lr: float, steps: int) -> Point:
+        return Point(self.task, self.method, self.K, seed, self.privacy, lr, steps)
+
+
+class ReviewStudy(Study):
+    """A validated review spec: its cells (:meth:`cells`) and every point's scenario."""
+
+    def __init__(self, review: ReviewSpec, base_dir: Path, source: str | None = None) -> None:
+        self.review = review
+        self._cells = self._expand(review)
+        super().__init__(review.study_spec(), base_dir, source)
+        problems = []
+        tuned = {c.source for c in self._cells if c.tuned}
+        for c in self._cells:
+            if not c.tuned and c.source not in tuned:
+                problems.append(f"cells ({c.block}).lr_from: {c.lr_from!r} has no tuned cell for task {c.task}, "
+                                f"K = {c.K}, {c.method} to take the learning rate from")
+        if problems:
+            raise StudyError(sorted(set(problems)), source)
+
+    def _expand(self, review: ReviewSpec) -> list[CellKey]:
+        C = review.buffer
+        out: list[CellKey] = []
+        for block in review.cells:
+            for task in block.tasks or [t.name for t in review.tasks]:
+                for label in block.privacy:
+                    for method in block.methods:
+                        ks = [C] if method == "sync-momentum" else [m * C for m in block.k_multiples]
+                        out.extend(CellKey(block.name, task, label, K, method, block.lr_from) for K in ks)
+        # one cell per (task, privacy, K, method): a later block naming it again adds nothing
+        seen: dict[tuple[str, str, int, str], CellKey] = {}
+        for cell in out:
+            seen.setdefault((cell.task, cell.privacy, cell.K, cell.method), cell)
+        return list(seen.values())
+
+    def cells(self) -> list[CellKey]:
+        return list(self._cells)
+
+    def combinations(self) -> list[tuple[str, str, int, str]]:
+        return [(c.task, c.method, c.K, c.privacy) for c in self._cells]
+
+    def settings_of(self, task: str) -> list[str]:
+        labels = [c.privacy for c in self._cells if c.task == task]
+        return [label for label in [NODP, *self.privacy] if label in labels]
+
+
+def load_review(path: str | Path) -> ReviewStudy:
+    """Read, validate and expand a review spec file."""
+    path = Path(path)
+    return review_from_raw(read_spec_file(path), path.parent, str(path))
+
+
+def review_from_raw(raw: dict[str, Any], base_dir: Path = Path("."), source: str | None = None) -> ReviewStudy:
+    return ReviewStudy(parse_review(raw, source), base_dir, source)

@@ -1,0 +1,132 @@
+"""The review study's spec (docs/ma-review.md §2): which cells run, how they are tuned, and the target.
+
+A *cell* is a (task, privacy label, K, method); the spec lists them as blocks (``[[cells]]``:
+methods × K multiples × privacy labels, optionally some tasks), so a study can run the core
+methods at every K and the comparators at fewer, or an ablation at one K. A block either is tuned
+(its own server-lr grid, on the held-out ``tuning_seeds``) or takes, with ``lr_from``, the
+learning rate chosen for the same task, K and method under another privacy label (an ablation
+that changes only the count post-processing keeps the tuned step).
+
+Everything the old study spec (:mod:`analysis.ma_study.spec`) has for tasks, privacy settings,
+defaults and grids is reused; this schema adds the evaluation/tuning seed split, the target
+rule and the cells. Validation names every bad field (:class:`~analysis.ma_study.spec.StudyError`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from asyncfl.config import scenario as scenario_mod
+from analysis.ma_study.spec import (NODP, LrGrid, MethodName, PosInt, PrivacyEntry, StudyError, StudySpec, TaskEntry,
+                                    _allowed, _loc_text, _Section)
+
+Seed = Annotated[int, Field(ge=0, lt=2**63)]
+
+
+class TargetEntry(_Section):
+    """The target accuracy of each task, fixed before any evaluation run: ``fraction`` × the mean
+    final accuracy of ``reference`` (tuned on the tuning seeds for its final accuracy), over the
+    tuning seeds, rounded down to ``1/round_to`` (docs/ma-review.md §2)."""
+
+    reference: MethodName = "sync-momentum"
+    fraction: Annotated[float, Field(gt=0, le=1)] = 0.8
+    round_to: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
+class ReviewTuning(_Section):
+    """Server-lr tuning on the held-out seeds: the coarse grid of ``lr_grid``, then ``refine``
+    rounds of adding the neighbours ``best/factor`` and ``best·factor`` of the current best
+    (:func:`asyncfl.studies.tuning.refine`); the score is the restricted mean steps to the
+    target over the tuning seeds (smaller is better)."""
+
+    refine: Annotated[int, Field(ge=0, le=5)] = 1
+    factor: Annotated[float, Field(gt=1, le=10)] = 2.0
+
+
+class Cell(_Section):
+    """A block of cells: every method × K multiple × privacy label (× task, default all)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,39}$")]
+    methods: Annotated[list[MethodName], Field(min_length=1)]
+    k_multiples: Annotated[list[PosInt], Field(min_length=1, max_length=20)] = [1]
+    privacy: Annotated[list[str], Field(min_length=1)] = [NODP]
+    tasks: Annotated[list[str], Field(min_length=1)] | None = None
+    lr_from: str | None = None
+
+
+class ReviewSpec(_Section):
+    """The whole review study (see the module docstring and ``analysis/ma_review.toml``)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}$")]
+    buffer: PosInt
+    steps: PosInt
+    eval_every: PosInt = 2
+    seeds: Annotated[list[Seed], Field(min_length=1, max_length=100)]
+    tuning_seeds: Annotated[list[Seed], Field(min_length=1, max_length=20)]
+    ma_target: Literal["momentum", "nesterov"] = "momentum"
+    target: TargetEntry = TargetEntry()
+    tuning: ReviewTuning = ReviewTuning()
+    lr_grid: LrGrid
+    defaults: dict[str, Any] = {}
+    tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=20)]
+    privacy: Annotated[list[PrivacyEntry], Field(max_length=40)] = []
+    cells: Annotated[list[Cell], Field(min_length=1, max_length=100)]
+
+    def study_spec(self) -> StudySpec:
+        """The old engine's spec that builds this study's scenarios (every method and K the cells
+        name; the tasks' targets are placeholders until the reference has run)."""
+        methods = list(dict.fromkeys(m for c in self.cells for m in c.methods))
+        ks = sorted({k for c in self.cells for k in c.k_multiples})
+        labels = {label for c in self.cells for label in c.privacy}
+        dp = ([False] if NODP in labels else []) + ([True] if labels - {NODP} or not labels else [])
+        return StudySpec(
+            name=self.name, buffer=self.buffer, k_multiples=ks, seeds=sorted(set(self.seeds) | set(self.tuning_seeds)),
+            dp=dp or [False], steps=self.steps, eval_every=self.eval_every, methods=methods, ma_target=self.ma_target,
+            lr_grid=self.lr_grid, defaults=self.defaults, tasks=self.tasks,
+            privacy=self.privacy or [PrivacyEntry()],
+        )
+
+
+_MODEL_AT: dict[str, type[BaseModel]] = {"": ReviewSpec, "tasks": TaskEntry, "privacy": PrivacyEntry, "tuning": ReviewTuning, "lr_grid": LrGrid,
+             "target": TargetEntry, "cells": Cell}
+
+
+def parse_review(raw: dict[str, Any], source: str | None = None) -> ReviewSpec:
+    """Validate a raw spec table (a :class:`StudyError` naming every bad field)."""
+    try:
+        spec = ReviewSpec.model_validate(raw)
+    except ValidationError as exc:
+        def allowed_keys(loc: tuple) -> list[str]:
+            parents = [p for p in loc[:-1] if isinstance(p, str)]
+            return _allowed(_MODEL_AT.get(parents[-1] if parents else "", ReviewSpec))
+
+        raise StudyError(scenario_mod.describe_errors(exc, _loc_text, allowed_keys), source) from None
+    problems = []
+    tasks = {t.name for t in spec.tasks}
+    labels = {NODP} | {p.name for p in spec.privacy}
+    if overlap := sorted(set(spec.seeds) & set(spec.tuning_seeds)):
+        problems.append(f"tuning_seeds: {overlap} are also evaluation seeds; tuning seeds must be held out")
+    for i, cell in enumerate(spec.cells):
+        for label in cell.privacy:
+            if label not in labels:
+                problems.append(f"cells[{i}] ({cell.name}).privacy: {label!r} is not {NODP!r} or a [[privacy]] name "
+                                f"({', '.join(sorted(labels))})")
+        for t in cell.tasks or []:
+            if t not in tasks:
+                problems.append(f"cells[{i}] ({cell.name}).tasks: {t!r} is not a task of the study ({', '.join(sorted(tasks))})")
+        if cell.lr_from is not None and cell.lr_from not in labels:
+            problems.append(f"cells[{i}] ({cell.name}).lr_from: {cell.lr_from!r} is not a privacy label ({', '.join(sorted(labels))})")
+        if cell.lr_from is None:
+            for m in cell.methods:
+                if spec.lr_grid.of(m) is None:
+                    problems.append(f"lr_grid.{m}: required (cells[{i}] ({cell.name}) tunes it)")
+    if spec.target.reference not in [m for c in spec.cells if NODP in c.privacy and c.lr_from is None for m in c.methods]:
+        problems.append(f"target.reference: {spec.target.reference!r} must be a tuned method of a cell without DP "
+                        "(the target is its final accuracy on the tuning seeds)")
+    if len({c.name for c in spec.cells}) != len(spec.cells):
+        problems.append("cells: names must be unique")
+    if problems:
+        raise StudyError(problems, source)
+    return spec

@@ -1,0 +1,54 @@
+"""The review's three tables (docs/ma-review.md §4): their columns, and writing/reading them.
+
+* ``results.csv`` — one row per evaluation run: the crossing interval of the target and its
+  interpolated point (``reached = 0``: right-censored at ``horizon``), the same on the virtual
+  time axis, final accuracy, the rule's bias and amplification, the noise reaching the iterate,
+  and for private runs the mechanism's ε beside each client's (max, median);
+* ``tuning.csv`` — one row per tuning run (held-out seeds): its learning rate, crossing, final
+  accuracy, whether its rate was chosen, and ``reference = 1`` on the reference's runs the target
+  was fixed from (before any other cell was tuned);
+* ``curves.csv`` — every evaluation of every evaluation run (the figures' data).
+
+Every number of the report is computed from these files alone (:mod:`analysis.ma_review.report`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+from analysis.ma_study.outputs import write_csv
+
+__all__ = ["CURVE_FIELDS", "RESULT_FIELDS", "TUNING_FIELDS", "read_csv", "write_csv"]
+
+RESULT_FIELDS = (
+    "task", "block", "method", "K", "seed", "privacy", "dp", "lr", "lr_from", "target_accuracy", "horizon",
+    "reached", "cross_low", "cross_high", "cross_point", "time_low", "time_high", "time_point", "time_end",
+    "final_accuracy", "best_accuracy", "final_loss", "bias", "amplification", "noise_gain", "iterate_noise",
+    "epsilon", "epsilon_client_max", "epsilon_client_p50", "sigma", "xi", "counts", "noise", "sampling",
+    "status", "run_dir", "message",
+)
+TUNING_FIELDS = ("task", "privacy", "K", "method", "lr", "seed", "target_accuracy", "horizon", "cross_point", "reached",
+                 "final_accuracy", "status", "chosen", "edge", "reference", "run_dir")
+CURVE_FIELDS = ("task", "privacy", "K", "method", "seed", "step", "time", "accuracy", "loss")
+
+_INTS = {"K", "seed", "dp", "horizon", "reached", "chosen", "edge", "reference"}
+_STRS = {"task", "block", "method", "privacy", "lr_from", "counts", "noise", "sampling", "status", "run_dir", "message"}
+
+
+def _value(key: str, text: str) -> Any:
+    if key in _STRS:
+        return text
+    if text == "":
+        return math.nan
+    if key in _INTS:
+        return int(float(text))
+    return float(text)
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """A table written by :func:`write_csv`, typed back (blank cells: NaN)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [{k: _value(k, v) for k, v in row.items()} for row in csv.DictReader(fh)]
