@@ -19,6 +19,7 @@ from asyncfl.cli.main import run_script
 from asyncfl.errors import UsageError
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from analysis.ma_review.design import load_review
+from analysis.ma_review.report import write_report
 from analysis.ma_review.run import COMMAND, run_review
 
 
@@ -36,8 +37,6 @@ def review_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_review(args: argparse.Namespace) -> int:
     if args.spec == "report":
-        from analysis.ma_review.report import write_report
-
         out = Path(args.out)
         if not (out / "results.csv").is_file():
             raise UsageError(f"--out {out}: has no results.csv to report on")

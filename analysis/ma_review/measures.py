@@ -71,10 +71,10 @@ def own_coefficients(run_dir: Path, method: str) -> np.ndarray | None:
     """The run's own ``A`` (module docstring); None for a rule without one (FADAS, the
     delay-adaptive step) or a damaged run."""
     try:
-        scenario, arrays = load_run(run_dir)
+        scenario, counts, arrays = load_run(run_dir)
     except (OSError, RunDirError):
         return None
-    T = len(arrays["by_staleness"])
+    T = counts.steps
     kind, beta, _, _ = analysis_of(scenario)
     if method in ("fedbuff-sgd", "fedbuff-ca2fl"):
         return np.eye(T)

@@ -15,6 +15,7 @@ from typing import Any
 
 from analysis.ma_study.spec import METHOD_LABELS, NODP
 from analysis.ma_review import claims
+from analysis.ma_review.figures import draw_all
 from analysis.ma_review.compare import (CellId, Rows, cells, chosen_lr, lr_sensitivity, paired, reference_target, summary,
                                         tuning_by_cell, across_k)
 from analysis.ma_review.tables import read_csv
@@ -51,8 +52,6 @@ def write_report(out: Path) -> str:
     tuning = read_csv(out / "tuning.csv")
     text = render(rows, tuning)
     (out / "report.md").write_text(text, encoding="utf-8")
-    from analysis.ma_review.figures import draw_all  # matplotlib only when drawing
-
     curves = read_csv(out / "curves.csv") if (out / "curves.csv").is_file() else []
     draw_all(out, rows, tuning, curves)
     return text

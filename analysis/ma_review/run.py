@@ -36,6 +36,7 @@ from analysis.ma_study.run import ProgressHook, run_points
 from analysis.ma_study.spec import NODP
 from analysis.ma_review.design import CellKey, ReviewStudy
 from analysis.ma_review.measures import (crossing_of, iterate_noise, noise_gain, own_coefficients, privacy_of)
+from analysis.ma_review.report import write_report  # the report reads only the tables above
 from analysis.ma_review.tables import CURVE_FIELDS, RESULT_FIELDS, TUNING_FIELDS, write_csv
 
 COMMAND = "python -m analysis.ma_review"
@@ -171,7 +172,6 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
     write_csv(out / "results.csv", RESULT_FIELDS, rows)
     write_csv(out / "tuning.csv", TUNING_FIELDS, tuning_rows)
     write_csv(out / "curves.csv", CURVE_FIELDS, curve_rows)
-    from analysis.ma_review.report import write_report  # the report reads only the tables above
     write_report(out)
     return {"results": rows, "tuning": tuning_rows, "targets": targets, "lr": lr_of, "statuses": runner.status,
             "messages": runner.messages}

@@ -108,9 +108,11 @@ def leading_counts(counts: StalenessCounts, steps: int) -> np.ndarray:
     return counts.dense(0, steps, min(counts.width, max(steps, 1)))
 
 
-def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray], steps: int | None = None) -> np.ndarray | None:
+def seen_counts(scenario: scenario_mod.Scenario, records: StalenessCounts, arrays: dict[str, np.ndarray],
+                steps: int | None = None) -> np.ndarray | None:
     """The staleness counts the server saw with privacy on (post-processed noisy estimates) in the
-    first ``steps`` steps (default all)."""
+    first ``steps`` steps (default all); ``records`` are the exact counts, which only a count mode
+    declared as an analysis oracle reads (docs/privacy.md §3)."""
     raw = arrays.get("private_by_staleness")
     if raw is None or not scenario.privacy.enabled:
         return None
@@ -118,8 +120,8 @@ def seen_counts(scenario: scenario_mod.Scenario, arrays: dict[str, np.ndarray], 
     C = scenario.server.buffer
     # the exact counts, as wide as the noisy rows: read only by an analysis oracle (docs/privacy.md §3)
     exact = np.zeros(raw.shape)
-    width = min(raw.shape[1], arrays["by_staleness"].shape[1])
-    exact[:, :width] = arrays["by_staleness"][: len(raw), :width]
+    width = min(raw.shape[1], records.width)
+    exact[:, :width] = records.dense(0, len(raw), width)
     return np.stack([postprocess_counts(row, C, scenario.privacy.counts, exact[i]) for i, row in enumerate(raw)]) if len(raw) else raw
 
 
@@ -157,7 +159,7 @@ def bias_of_records(scenario: scenario_mod.Scenario, records: StalenessCounts, a
     if T == 0:
         raise RunDirError("the run has no completed server step: nothing to analyse")
     counts = leading_counts(records, T)
-    seen = seen_counts(scenario, arrays, T)
+    seen = seen_counts(scenario, records, arrays, T)
     kind, beta, ridge, window = analysis_of(scenario)
     p, C = server.staleness_exponent, server.buffer
     recorded = scenario.component("rule").traits.coefficients
@@ -207,7 +209,7 @@ def heatmap_matrices(run_dir: str | Path) -> dict[str, Any]:
     if T == 0:
         raise RunDirError(f"{run_dir}: the run has no completed server step: nothing to draw")
     W = weight_matrix(leading_counts(counts, T), server.staleness_exponent, server.buffer)
-    seen = seen_counts(scenario, arrays, T)
+    seen = seen_counts(scenario, counts, arrays, T)
     W_view = W if seen is None else weight_matrix(seen, server.staleness_exponent, server.buffer)
     kind, beta, ridge, window = analysis_of(scenario)
     return {
