@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from asyncfl.studies import (kaplan_meier, log_restricted_ratios, paired_rmst_ratio, restricted_mean,
+from asyncfl.studies import (compare_crossings, crossing, expanded_level, kaplan_meier, log_restricted_ratios, paired_rmst_ratio, restricted_mean,
                              restricted_means)
 
 
@@ -116,13 +116,24 @@ def hand_bca(theta, jack, draws, alpha=0.05):
     return ends
 
 
-def test_the_paired_ratio_and_its_interval_match_a_hand_written_paired_bca_bootstrap():
+def test_the_expanded_level_widens_the_normal_quantile_to_t_and_by_the_missing_degree_of_freedom():
+    """2Φ(√(n/(n−1)) t_{0.975,n−1}) − 1: n = 5: √1.25 · 2.7764 = 3.1041 → 0.99809; n = 10:
+    √(10/9) · 2.2622 = 2.3846 → 0.98290; n = 1000 → 0.9504 (the plain level in the limit)."""
+    assert expanded_level(5) == pytest.approx(2 * stats.norm.cdf(math.sqrt(1.25) * 2.7764) - 1, abs=2e-6)
+    assert expanded_level(5) == pytest.approx(0.99809, abs=1e-5)
+    assert expanded_level(10) == pytest.approx(0.98290, abs=1e-5)
+    assert expanded_level(1000) == pytest.approx(0.9504, abs=1e-4)
+
+
+@pytest.mark.parametrize("interval", ["expanded", "percentile", "BCa"])
+def test_the_paired_ratio_and_its_interval_match_a_hand_written_paired_bootstrap(interval):
     """12 seeds; the base takes 1.1–2× the rule's steps, a seed's split shifting both; two base
     runs never reach the target (counted at h = 400, the only censoring, so each resample's
     RMST is its mean of min(t, h)). The ratio is RMST_base / RMST_rule by :func:`restricted_mean`;
     the interval is checked against an independent paired bootstrap (seed indices resampled with
-    numpy, 40 000 draws, the BCa formulas by hand) to within 1 % — they differ only by Monte
-    Carlo error."""
+    numpy, 40 000 draws): the draws' quantiles at (1 ∓ level)/2 — level 0.95, or the expanded
+    level 0.9785 at 12 seeds — or the BCa formulas written out; to within 1 %, the Monte Carlo
+    error of the two bootstraps."""
     rng = np.random.default_rng(3)
     rule = np.round(rng.uniform(60, 200, 12))
     base = np.round(rule * rng.uniform(1.1, 2.0, 12))
@@ -130,18 +141,29 @@ def test_the_paired_ratio_and_its_interval_match_a_hand_written_paired_bca_boots
     base[~base_reached] = 400.0
     assert (~base_reached).sum() == 2
     h = 400.0
-    comp = paired_rmst_ratio(base, base_reached, rule, np.ones(12, bool), h, resamples=40_000, seed=1)
+    comp = paired_rmst_ratio(base, base_reached, rule, np.ones(12, bool), h, interval=interval, resamples=40_000, seed=1)
     theta = restricted_mean(base, base_reached, h) / restricted_mean(rule, np.ones(12, bool), h)
     assert theta == pytest.approx(base.mean() / rule.mean(), rel=1e-12)
     assert comp.ratio == pytest.approx(theta, rel=1e-12)
-    assert (comp.n, comp.censored_base, comp.censored_rule, comp.method) == (12, 2, 0, "BCa")
+    assert (comp.n, comp.censored_base, comp.censored_rule, comp.method) == (12, 2, 0, interval)
     idx = np.random.default_rng(99).integers(0, 12, (40_000, 12))
     draws = base[idx].mean(axis=1) / rule[idx].mean(axis=1)
-    keep = [np.delete(np.arange(12), j) for j in range(12)]
-    jack = np.array([base[k].mean() / rule[k].mean() for k in keep])
-    low, high = hand_bca(theta, jack, draws)
+    if interval == "BCa":
+        keep = [np.delete(np.arange(12), j) for j in range(12)]
+        jack = np.array([base[k].mean() / rule[k].mean() for k in keep])
+        low, high = hand_bca(theta, jack, draws)
+    else:
+        level = 2 * stats.norm.cdf(math.sqrt(12 / 11) * stats.t.ppf(0.975, 11)) - 1 if interval == "expanded" else 0.95
+        assert interval != "expanded" or level == pytest.approx(0.9785, abs=1e-4)
+        low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
     assert (comp.low, comp.high) == pytest.approx((low, high), rel=0.01)
     assert comp.low < comp.ratio < comp.high
+
+
+def test_the_expanded_interval_is_wider_than_the_plain_one():
+    args = ([107, 151, 400, 278, 99, 204], [True, True, False, False, True, True], [72, 93, 172, 142, 73, 121], [True] * 6, 400)
+    plain, wide = paired_rmst_ratio(*args, interval="percentile"), paired_rmst_ratio(*args)
+    assert wide.method == "expanded" and wide.low < plain.low < plain.high < wide.high
 
 
 def test_a_seed_where_the_rule_never_reaches_is_counted_at_the_horizon_not_dropped():
@@ -190,6 +212,7 @@ def test_log_restricted_ratios_count_unreached_runs_at_the_horizon():
     (lambda: kaplan_meier([1, math.nan], [True, True]), "finite and ≥ 0"),
     (lambda: kaplan_meier([1, 2], [1, 2]), "booleans"),
     (lambda: restricted_mean([1, 2], [True, True], 0), "horizon = 0"),
+    (lambda: paired_rmst_ratio([1, 2], [True] * 2, [1, 2], [True] * 2, 10, interval="bca"), "interval = 'bca'"),
     (lambda: paired_rmst_ratio([1, 2], [True] * 2, [1], [True], 10), "pair seed by seed"),
     (lambda: paired_rmst_ratio([1, 2], [True] * 2, [1, 2], [True] * 2, 10, bounds=([(0, 1)], [(0, 1), (1, 2)])), "bounds for base"),
     (lambda: paired_rmst_ratio([1, 2], [True] * 2, [1, 2], [True] * 2, 10, bounds=([(0, 1), (1, 2)], [(0, 1), (2, 1)])), "0 ≤ low ≤ high"),
@@ -197,3 +220,21 @@ def test_log_restricted_ratios_count_unreached_runs_at_the_horizon():
 def test_bad_input_is_refused_naming_the_field(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_crossings_compare_by_their_points_with_their_intervals_as_the_range():
+    """Curves evaluated every 10 steps up to h = 100, target 0.8. Base crossings: 0.5 → 0.9 over
+    (20, 30] (point 27.5) and 0.7 → 0.9 over (40, 50] (point 45); rule: 0.6 → 1.0 over (10, 20]
+    (point 15) and never (censored at 100). Ratio (27.5 + 45)/2 / ((15 + 100)/2) = 0.6304, the
+    same as paired_rmst_ratio on those numbers; range 0.5 to 40/55 as in the test above."""
+    steps = list(range(0, 101, 10))
+    flat = [0.1] * 11
+    base = [crossing(steps, flat[:2] + [0.5, 0.9] + flat[4:], 0.8), crossing(steps, flat[:4] + [0.7, 0.9] + flat[6:], 0.8)]
+    rule = [crossing(steps, flat[:1] + [0.6, 1.0] + flat[3:], 0.8), crossing(steps, flat, 0.8)]
+    comp = compare_crossings(base, rule, resamples=2000)
+    assert comp.ratio == pytest.approx((27.5 + 45) / 115, rel=1e-12)
+    assert comp.bounds == pytest.approx((0.5, 40 / 55), rel=1e-12)
+    assert comp == paired_rmst_ratio([27.5, 45], [True, True], [15, 100], [True, False], 100, resamples=2000,
+                                     bounds=([(20, 30), (40, 50)], [(10, 20), (100, math.inf)]))
+    with pytest.raises(ValueError, match="horizons"):
+        compare_crossings(base, [crossing(steps[:5], flat[:5], 0.8)] * 2)
