@@ -8,10 +8,12 @@ Per task, at the spec's fixed (ε, δ, M, T) — σ calibrated once (:func:`reso
 1. **The rule's ξ\\*** from public configuration alone (:func:`rule_xi`), before any run.
 2. **Tuning** MA-light's server learning rate under DP at ξ\\*, on the tuning seeds (held out from
    every evaluation seed), by the final test accuracy: a starting grid refined by ``lr_refine``
-   around its best until both neighbours were tried (:func:`asyncfl.studies.tuning.refine`).
+   around its best (at most ``lr_rounds`` rounds; :func:`asyncfl.studies.tuning.refine`).
 3. **The ξ grid** on the evaluation seeds: ``ξ*·2^k`` for ``k`` in ``xi_span`` (points below
-   ``xi_floor·σ`` replaced by it), then refined by ``xi_refine`` around the best mean final
-   accuracy until both neighbours were tried — ξ is resolved to that factor at the optimum.
+   ``xi_floor·σ`` replaced by it: :func:`coarse_grid`) and ``xi_extra``, then refined by
+   ``xi_refine`` around the best mean final accuracy (at most ``xi_rounds`` rounds, each adding
+   the best's two neighbours at that factor and, at an edge, one grid step beyond) — ξ is
+   resolved to that factor at the optimum once both neighbours were tried.
 4. **The reference** (study task, if ``reference``): naive momentum, which ignores the counts, at
    ``reference_xi_over_sigma`` (update noise at its floor; γ ≈ 0), tuned the same way.
 
@@ -38,6 +40,7 @@ from typing import Any, Callable, Iterable, Sequence
 from asyncfl.cli.main import run_script
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.errors import UsageError
+from asyncfl.privacy.mechanism import gamma_from_xi
 from asyncfl.results import Run
 from asyncfl.run import outdir
 from asyncfl.run.parallel import Backend, Progress, RunJob, RunOutcome, make_backend, run_jobs
@@ -45,9 +48,9 @@ from asyncfl.studies.tuning import choose, refine
 from analysis.privacy_sweep.plan import resolve_budget
 from analysis.privacy_sweep.run import read_row
 from analysis.privacy_sweep.spec import Budget, SweepPoint
+from analysis.privacy_sweep.study_report import write_report
 from analysis.privacy_sweep.study_spec import TaskEntry, XiStudySpec, load_spec
 from analysis.privacy_sweep.xi_rule import CountModel, RuleChoice, counts_mode, rule_xi
-from asyncfl.privacy.mechanism import gamma_from_xi
 
 COMMAND = "python -m analysis.privacy_sweep.study"
 RECORD = "xi_study.json"
@@ -118,9 +121,14 @@ def run_rel(task: TaskEntry, rule: str, lr: float, x: float, seed: int) -> Path:
 
 
 def coarse_grid(rule_x: float, span: tuple[int, int], floor: float, extra: Sequence[float] = ()) -> list[float]:
-    """The first ξ/σ grid: ``ξ*/σ · 2^k`` for ``k = span[0] … span[1]``, a value below ``floor``
-    replaced by ``floor``, plus ``extra``; 4 significant digits, ascending, each once."""
-    return sorted({sig4(max(rule_x * 2.0 ** k, floor)) for k in range(span[0], span[1] + 1)} | {sig4(x) for x in extra})
+    """The first ξ/σ grid: ``ξ*/σ · 2^k`` for ``k = span[0] … span[1]`` at or above ``floor``; if
+    some fell below it, ``floor`` itself unless a kept point is within ×√2 of it; plus ``extra``;
+    4 significant digits, ascending, each once."""
+    powers = [sig4(rule_x * 2.0 ** k) for k in range(span[0], span[1] + 1)]
+    kept = {x for x in powers if x >= floor}
+    if len(kept) < len(powers) and not any(x < floor * math.sqrt(2.0) for x in kept):
+        kept.add(sig4(floor))
+    return sorted(kept | {sig4(x) for x in extra})
 
 
 def count_model(spec: XiStudySpec, task: TaskEntry, budget: Budget) -> CountModel:
@@ -244,8 +252,6 @@ def run_study(spec: XiStudySpec, out: str | Path, backend: Backend, on_outcome: 
               reference: bool | None = None, overwrite: bool = False, command: str = COMMAND) -> list[dict[str, Any]]:
     """Claim ``out``, run every stage (resuming what is there), write ``results.csv`` and the
     report (:func:`analysis.privacy_sweep.study_report.write_report`)."""
-    from analysis.privacy_sweep.study_report import write_report
-
     out = Path(out)
     record = spec.model_dump(mode="json")
     owned = outdir.claim(out, KIND.name, command, outdir.digest(record), overwrite=overwrite)
@@ -284,8 +290,6 @@ def _progress(outcome: RunOutcome, progress: Progress) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
-    from analysis.privacy_sweep.study_report import write_report
-
     if args.what == "report":
         paths = write_report(Path(args.dir))
         print("wrote " + ", ".join(str(p) for p in paths))

@@ -11,8 +11,8 @@
   dropped) and how many were censored; against the best ξ (the highest mean final accuracy) the
   paired difference of final accuracy (:func:`asyncfl.studies.effects.paired_difference`) and
   the paired RMST ratio ``RMST(best) / RMST(ξ)`` (< 1: ξ reaches the target later than the best;
-  :func:`asyncfl.studies.survival.paired_rmst_ratio`, BCa bootstrap, with the range the
-  crossing intervals allow);
+  :func:`asyncfl.studies.survival.compare_crossings`: the paired bootstrap's expanded percentile
+  interval, with the range the crossing intervals allow);
 * **identified set**: the ξ not significantly worse than the best (the paired interval of the
   accuracy difference reaches 0); the best ξ is *identified* when tried points on both sides
   are significantly worse, and the interval is then bracketed by them;
@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,15 +35,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from asyncfl.figures.ci import mean_ci
+from asyncfl.figures.style import figure, save, styled, title
 from asyncfl.studies.crossing import Crossing, crossing
 from asyncfl.studies.effects import Difference, paired_difference
-from asyncfl.studies.survival import Comparison, paired_rmst_ratio, restricted_mean
-from analysis.privacy_sweep.xi_rule import CountModel, counts_mode, rule_xi, update_excess
+from asyncfl.studies.survival import Comparison, compare_crossings, restricted_mean
+from analysis.privacy_sweep.xi_rule import CountModel, rule_xi, update_excess
 
 TEXT = {"study": "study task", "check": "check task"}
 TARGET_FRACTION = 0.9
 #: bootstrap resamples of the RMST ratios (docs/studies.md §5)
-RESAMPLES = 1999
+RESAMPLES = 9999
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,15 +179,12 @@ def _paired(a: Point, b: Point) -> tuple[list[RunRecord], list[RunRecord], list[
     return [a.runs[i] for i in ia], [b.runs[i] for i in ib], [a.crossings[i] for i in ia], [b.crossings[i] for i in ib]
 
 
-def compare(base: Point, rule: Point, horizon: float) -> tuple[Difference, Comparison]:
-    """``rule − base`` in final accuracy (paired t) and ``RMST(base)/RMST(rule)`` (paired BCa; < 1:
-    ``rule`` reaches the target later)."""
+def compare(base: Point, rule: Point) -> tuple[Difference, Comparison]:
+    """``rule − base`` in final accuracy (paired t) and ``RMST(base)/RMST(rule)`` over the crossings
+    (paired bootstrap, docs/studies.md §5; < 1: ``rule`` reaches the target later), on the common seeds."""
     rb, rr, cb, cr = _paired(base, rule)
     diff = paired_difference([r.final for r in rb], [r.final for r in rr])
-    ratio = paired_rmst_ratio([min(c.point, horizon) for c in cb], [c.reached for c in cb],
-                              [min(c.point, horizon) for c in cr], [c.reached for c in cr], horizon,
-                              bounds=([(c.low, c.high) for c in cb], [(c.low, c.high) for c in cr]), resamples=RESAMPLES)
-    return diff, ratio
+    return diff, compare_crossings(cb, cr, resamples=RESAMPLES)
 
 
 def task_result(runs: Sequence[RunRecord], task: str, fraction: float = TARGET_FRACTION) -> TaskResult:
@@ -202,14 +201,19 @@ def task_result(runs: Sequence[RunRecord], task: str, fraction: float = TARGET_F
     diffs, ratios, rmst = {}, {}, {}
     for p in points:
         rmst[p.x] = restricted_mean([min(c.point, horizon) for c in p.crossings], [c.reached for c in p.crossings], horizon)
-        diffs[p.x], ratios[p.x] = compare(best, p, horizon) if p is not best else (Difference(0.0, 0.0, 0.0, len(p.runs)), None)
+        diffs[p.x], ratios[p.x] = compare(best, p) if p is not best else (Difference(0.0, 0.0, 0.0, len(p.runs)), None)
     return TaskResult(task, mine[0]["role"], mine[0], target, points, best, mine[0]["rule_xi_over_sigma"], diffs, ratios, rmst)
 
 
 def rule_check(head: dict[str, Any]) -> tuple[float, CountModel]:
     """ξ\\*/σ recomputed from a run's configuration columns (σ, C, M, K, L, p), and its count model."""
-    model = CountModel.fedbuff(head["buffer"], head["noise_cohort"], head["K"], head["staleness_bins"], head["staleness_exponent"])
-    return rule_xi(head["sigma"], model).xi_over_sigma, model
+    return _rule(head["sigma"], head["buffer"], head["noise_cohort"], head["K"], head["staleness_bins"], head["staleness_exponent"])
+
+
+@functools.lru_cache(maxsize=16)
+def _rule(sigma: float, C: int, M: int, K: int, L: int, exponent: float) -> tuple[float, CountModel]:
+    model = CountModel.fedbuff(C, M, K, L, exponent)
+    return rule_xi(sigma, model).xi_over_sigma, model
 
 
 def tuning_table(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
@@ -260,7 +264,7 @@ def summary_rows(results: Sequence[TaskResult], runs: Sequence[RunRecord]) -> li
                 "rmst": res.rmst[p.x], "unreached": sum(not c_.reached for c_ in p.crossings),
                 "rmst_ratio_vs_best": c.ratio if c else 1.0, "ratio_low": c.low if c else math.nan,
                 "ratio_high": c.high if c else math.nan, "bias_mean": bias.mean, "bias_ci": bias.half,
-                "best": p is res.best, "rule": math.isclose(p.x, res.rule_x, rel_tol=1e-9),
+                "is_best": p is res.best, "is_rule_xi": math.isclose(p.x, res.rule_x, rel_tol=1e-9),
             })
     ref = _reference_runs(runs)
     if ref:
@@ -350,8 +354,8 @@ def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figur
               f"target {res.target:.2f} = {TARGET_FRACTION:g} × the best mean final accuracy, rounded down to 0.01. "
               "Δ: paired difference to the best ξ (95 % t interval); RMST: restricted mean steps to target over T "
               "(unreached runs count at T); speed: RMST(best)/RMST(ξ) (< 1: ξ reaches the target later than the best; "
-              "95 % paired BCa bootstrap; 'interval ends': the ratio with every crossing at the ends of its evaluation "
-              "interval).", "",
+              "95 % paired bootstrap, expanded percentile interval (docs/studies.md §5); 'interval ends': the ratio "
+              "with every crossing at the ends of its evaluation interval).", "",
               "| ξ/σ | ξ | γ | ξ/M | counts | u(ξ) | e(ξ) | final accuracy | Δ vs best | RMST (unreached) | speed vs best | bias ‖AW−M‖/‖M‖ |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         _, model = rule_check(hd)
@@ -391,7 +395,6 @@ def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figur
     if ref:
         ref_pt = Point(ref[0]["xi_over_sigma"], ref)
         ref_pt.crossings = [crossing_of(r, study.target) for r in ref]
-        horizon = float(ref[0]["steps"])
         acc = mean_ci(ref_pt.finals)
         L += ["", f"## Reference: naive momentum on {study.task}, which ignores the counts", "",
               f"FedBuff + momentum at ξ = {ref_pt.x:g}σ (update noise {1 + update_excess(ref[0]['xi'], ref[0]['sigma']):.7f}× its floor: "
@@ -401,7 +404,7 @@ def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figur
         for label, p in (("best ξ = " + f"{study.best.x:g}σ", study.best), (f"ξ\\* = {study.rule_x:g}σ", study.point(study.rule_x))):
             if p is None:
                 continue
-            d, c = compare(ref_pt, p, horizon)
+            d, c = compare(ref_pt, p)
             L.append(f"| {label} | {_ci(d)} | {_ci(c)} |")
     L += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
     walls = [r.wall for r in runs]
@@ -434,8 +437,6 @@ def plot_utility(results: Sequence[TaskResult], runs: Sequence[RunRecord], stem:
     """``xi_utility.{pdf,png}``: per task (rows) final accuracy, the paired difference to the best
     ξ, and the restricted mean steps to target, against ξ/σ (log); ξ\\* dashed, the set not
     significantly worse than the best shaded; naive momentum's reference band on the study task."""
-    from asyncfl.figures.style import figure, save, title
-
     fig = figure(11.5, 3.2 * len(results) + 0.8)
     axes = fig.subplots(len(results), 3, squeeze=False)
     ref = _reference_runs(runs)
@@ -447,7 +448,7 @@ def plot_utility(results: Sequence[TaskResult], runs: Sequence[RunRecord], stem:
         for p in res.points:
             ax.plot([p.x] * len(p.runs), p.finals, ".", color=colour, alpha=0.25, ms=4)
         ax.errorbar(xs, [a.mean for a in acc], yerr=np.nan_to_num([a.half for a in acc]), fmt="o-", color=colour, capsize=3,
-                    ms=4, label=f"MA-light (mean ± 95 % CI; dots: seeds)")
+                    ms=4, label="MA-light (mean ± 95 % CI; dots: seeds)")
         if ref and res.role == "study":
             r = mean_ci(x.final for x in ref)
             ax.axhspan(r.mean - np.nan_to_num(r.half), r.mean + np.nan_to_num(r.half), color="0.5", alpha=0.25, lw=0)
@@ -487,8 +488,6 @@ def plot_utility(results: Sequence[TaskResult], runs: Sequence[RunRecord], stem:
 def plot_rule(results: Sequence[TaskResult], stem: Path) -> list[Path]:
     """``xi_rule.{pdf,png}``: the rule's two relative errors u(ξ), e(ξ) and their sum against ξ/σ,
     ξ\\* marked, with each task's set of ξ not significantly worse than its best."""
-    from asyncfl.figures.style import figure, save, title
-
     h = results[0].head
     rule_x, model = rule_check(h)
     grid = np.geomspace(1.05, max(max(p.x for p in r.points) for r in results) * 1.3, 120)
@@ -522,8 +521,6 @@ def plot_rule(results: Sequence[TaskResult], stem: Path) -> list[Path]:
 def write_report(out: str | Path) -> list[Path]:
     """``summary.csv``, ``report.md``, ``xi_utility.{pdf,png}`` and ``xi_rule.{pdf,png}`` in
     ``out``, from ``out/results.csv`` alone."""
-    from asyncfl.figures.style import styled
-
     out = Path(out)
     runs = read_results(out / "results.csv")
     tasks = list(dict.fromkeys(r["task"] for r in sorted(runs, key=lambda r: r["role"] != "study") if r["stage"] == "xi"))

@@ -32,6 +32,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from asyncfl.privacy.mechanism import postprocess_counts
+from analysis.privacy_counts_eval import study_rows  # the staleness rows of the measurement behind docs/privacy.md §3
 
 #: the recommendation of docs/privacy.md §3: ``simplex`` up to this ``ξ/M``, ``project`` above
 SIMPLEX_UP_TO = 0.03
@@ -71,8 +72,6 @@ class CountModel:
                 seed: int = 0, mode: str | None = None) -> "CountModel":
         """FedBuff's staleness at concurrency ``K``: mean ``K/C − 1`` (dispersion 4, truncated at
         ``L − 1``; :func:`analysis.privacy_counts_eval.study_rows`)."""
-        from analysis.privacy_counts_eval import study_rows  # the measurement behind docs/privacy.md §3
-
         rng = np.random.default_rng(seed)
         counts = study_rows(rng, rows, C, L, max(K / C - 1.0, 0.0))
         return cls(counts, rng.standard_normal((reps, rows, L)), (np.arange(L) + 1.0) ** (-exponent), C, M, mode)
