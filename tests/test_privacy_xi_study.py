@@ -132,6 +132,13 @@ def test_the_command_line_refuses_a_bad_spec_with_exit_2_and_writes_nothing(tmp_
     assert not out.exists()
 
 
+def test_report_without_results_exits_2_naming_the_file(tmp_path, capsys):
+    assert study_main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "results.csv" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
 # ----------------------------------------------------------------------------------------------
 # the statistics of the report, on a hand-made grid
 def _run(x: float, seed: int, final: float, curve: list[float]) -> RunRecord:
@@ -227,7 +234,7 @@ def test_the_report_regenerates_from_results_csv_alone(ci_study, tmp_path):
     assert study_main(["report", str(tmp_path)]) == 0
     for name in ("report.md", "summary.csv"):
         assert (tmp_path / name).read_bytes() == (ci_study / name).read_bytes(), name
-    for name in ("xi_utility.png", "xi_utility.pdf", "xi_rule.png", "xi_rule.pdf"):
+    for name in ("xi_utility.png", "xi_utility.pdf", "xi_curves.png", "xi_curves.pdf", "xi_rule.png", "xi_rule.pdf"):
         assert (tmp_path / name).stat().st_size > 0
     text = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "## The rule's check" in text and "identified" in text

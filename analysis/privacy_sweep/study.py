@@ -284,9 +284,14 @@ def _args(p: argparse.ArgumentParser) -> None:
     g.add_argument("dir")
 
 
+_SPENT = [0.0]  # seconds of runs done by this command (the study's compute, for its notes)
+
+
 def _progress(outcome: RunOutcome, progress: Progress) -> None:
+    _SPENT[0] += outcome.wall
     reused = " (read back)" if outcome.reused else ""
-    print(f"  [{progress.done}/{progress.total}] {outcome.status:<9} {outcome.name} {outcome.wall:.1f} s{reused}", flush=True)
+    print(f"  [{progress.done}/{progress.total}] {outcome.status:<9} {outcome.name} {outcome.wall:.1f} s{reused} "
+          f"(this command: {_SPENT[0] / 60:.1f} min)", flush=True)
 
 
 def _command(args: argparse.Namespace) -> int:

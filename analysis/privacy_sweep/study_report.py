@@ -20,7 +20,7 @@
   in both metrics.
 
 ``python -m analysis.privacy_sweep.study report DIR`` rewrites ``summary.csv``, ``report.md`` and
-``xi_utility``/``xi_rule`` (PDF and PNG) in DIR from ``DIR/results.csv``.
+``xi_utility``/``xi_curves``/``xi_rule`` (PDF and PNG) in DIR from ``DIR/results.csv``.
 """
 
 from __future__ import annotations
@@ -518,14 +518,45 @@ def plot_rule(results: Sequence[TaskResult], stem: Path) -> list[Path]:
     return [save(fig, stem.with_suffix(f".{ext}")) for ext in ("pdf", "png")]
 
 
+def plot_curves(results: Sequence[TaskResult], stem: Path) -> list[Path]:
+    """``xi_curves.{pdf,png}``: per task, the mean test-accuracy curve over the evaluation seeds at
+    each ξ (colour: log ξ/σ, a colour bar), the best ξ and ξ\\* drawn thicker, the target dotted."""
+    import matplotlib as mpl
+
+    fig = figure(5.2 * len(results), 4.4)
+    axes = fig.subplots(1, len(results), squeeze=False)[0]
+    for ax, res in zip(axes, results):
+        xs = [p.x for p in res.points]
+        norm = mpl.colors.LogNorm(min(xs), max(xs))
+        cmap = mpl.colormaps["viridis"]
+        for p in res.points:
+            steps = p.runs[0].steps
+            curves = np.array([r.accuracy for r in p.runs if r.steps == steps])
+            special = p is res.best or math.isclose(p.x, res.rule_x)
+            label = f"{p.x:g}σ" + (" (best)" if p is res.best else "") + (" (ξ*)" if math.isclose(p.x, res.rule_x) else "")
+            ax.plot(steps, np.nanmean(curves, axis=0), color=cmap(norm(p.x)), lw=2.4 if special else 1.1,
+                    ls="-" if special else "--", label=label)
+        ax.axhline(res.target, color="k", ls=":", lw=1, label=f"target {res.target:.2f}")
+        ax.set_title(f"{res.task} ({TEXT[res.role]})")
+        ax.set_xlabel("server step")
+        ax.set_ylabel("test accuracy (mean over seeds)")
+        ax.set_xlim(0, res.head["steps"])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, title="ξ/σ", title_fontsize=7.5, loc="best")
+    h = results[0].head
+    title(fig, "ξ study", f"MA-light's accuracy curves per ξ at ε = {h['epsilon_target']:g} (σ = {h['sigma']:.3g})")
+    return [save(fig, stem.with_suffix(f".{ext}")) for ext in ("pdf", "png")]
+
+
 def write_report(out: str | Path) -> list[Path]:
-    """``summary.csv``, ``report.md``, ``xi_utility.{pdf,png}`` and ``xi_rule.{pdf,png}`` in
-    ``out``, from ``out/results.csv`` alone."""
+    """``summary.csv``, ``report.md`` and the figures ``xi_utility``, ``xi_curves`` and ``xi_rule``
+    (PDF and PNG) in ``out``, from ``out/results.csv`` alone."""
     out = Path(out)
     runs = read_results(out / "results.csv")
     tasks = list(dict.fromkeys(r["task"] for r in sorted(runs, key=lambda r: r["role"] != "study") if r["stage"] == "xi"))
     results = [task_result(runs, t) for t in tasks]
-    figs = styled(plot_utility)(results, runs, out / "xi_utility") + styled(plot_rule)(results, out / "xi_rule")
+    figs = (styled(plot_utility)(results, runs, out / "xi_utility") + styled(plot_curves)(results, out / "xi_curves")
+            + styled(plot_rule)(results, out / "xi_rule"))
     summary = write_csv(summary_rows(results, runs), out / "summary.csv")
     report = out / "report.md"
     report.write_text("\n".join(report_lines(results, runs, [f.name for f in figs if f.suffix == ".png"])) + "\n", encoding="utf-8")
