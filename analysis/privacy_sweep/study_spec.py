@@ -120,7 +120,7 @@ class XiStudySpec(_Strict):
                 problems.append(f"tasks.{t.name}.eval_seeds: {sorted(held & set(t.eval_seeds))} are tuning_seeds too; "
                                 "tuning seeds must be held out from evaluation")
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("\n".join(problems))
         return self
 
     @property
@@ -139,8 +139,11 @@ def parse_spec(raw: dict[str, Any], source: str | None = None) -> XiStudySpec:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "spec"
-            problems.append(f"{where}: {err['msg']}" + (f" (got {err['input']!r})" if where != "spec" and "input" in err
+            where = ".".join(str(p) for p in err["loc"])
+            if not where:  # the cross-field checks: one line each, naming their own fields
+                problems += str(err["msg"]).removeprefix("Value error, ").split("\n")
+                continue
+            problems.append(f"{where}: {err['msg']}" + (f" (got {err['input']!r})" if "input" in err
                                                           and not isinstance(err["input"], dict) else ""))
         raise XiStudyError(problems, source) from None
 
