@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=1000, help="simulated studies per setting (default 1000)")
     parser.add_argument("--resamples", type=int, default=9999, help="bootstrap resamples per study (default 9999)")
     args = parser.parse_args(argv)
+    for name in ("reps", "resamples"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} = {getattr(args, name)}: must be at least 1")
     print("| seeds | σ | m_b / m_r | censored | true ratio | percentile | BCa | expanded | expanded BCa |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n, sd, mb, mr in SETTINGS:

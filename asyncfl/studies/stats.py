@@ -11,6 +11,10 @@ the ``n`` seeds where both are finite and positive
 the geometric mean with the Student-t interval of the mean log ratio (:func:`asyncfl.figures.ci.mean_ci`
 on ``ln(b_s / r_s)``). A seed where only the rule reached its target bounds its ratio from below
 and is counted apart, as are the seeds where only the base, or neither, did.
+
+Leaving those seeds out of the ratio favours the side that failed; the study method
+(docs/studies.md §4–§5, :func:`asyncfl.studies.survival.paired_rmst_ratio`) counts every seed,
+an unreached one at the horizon. This function stays for the reports already built on it.
 """
 
 from __future__ import annotations
