@@ -39,6 +39,7 @@ from asyncfl.figures.style import figure, save, styled, title
 from asyncfl.studies.crossing import Crossing, crossing
 from asyncfl.studies.effects import Difference, paired_difference
 from asyncfl.studies.survival import Comparison, compare_crossings, restricted_mean
+from asyncfl.studies.tuning import choose
 from analysis.privacy_sweep.xi_rule import CountModel, rule_xi, update_excess
 
 TEXT = {"study": "study task", "check": "check task"}
@@ -341,12 +342,17 @@ def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figur
         L.append(f"| {res.task} | {hd['sigma']:.4g} | {res.rule_x:g} | {recomputed[res.task]:.4g} | {res.rule_x * hd['sigma']:.4g} | "
                  f"{res.rule_x * hd['sigma'] / hd['noise_cohort']:.4f} | {_f(clip_gamma, '.4g')} |")
     L += ["", "## Learning rates, tuned under DP on held-out seeds", "",
-          "| task | rule (stage) | lr | tuning seeds' final accuracy | chosen |", "|---|---|---|---|---|"]
-    for t in tuning_table(runs):
+          "By mean final accuracy over the tuning seeds (docs/studies.md §7); near-ties: within one standard error of "
+          "the chosen rate's mean.", "",
+          "| task | rule (stage) | lr | tuning seeds' final accuracy | mean | chosen / near-tie |", "|---|---|---|---|---|---|"]
+    table = tuning_table(runs)
+    for t in table:
         stage = "xi" if t["stage"] == "tune-ma-light" else "reference"
         chosen = chosen_lr(runs, t["task"], stage)
+        pick = choose({u["lr"]: u["finals"] for u in table if (u["task"], u["stage"]) == (t["task"], t["stage"])}, False)
+        mark = "chosen" if chosen is not None and math.isclose(chosen, t["lr"]) else ("near-tie" if t["lr"] in pick.ties else "")
         L.append(f"| {t['task']} | {t['stage'][5:]} | {t['lr']:g} | {', '.join(_f(v, '.4f') for v in t['finals'])} | "
-                 f"{'✓' if chosen is not None and math.isclose(chosen, t['lr']) else ''} |")
+                 f"{_f(float(np.mean(t['finals'])), '.4f')} | {mark} |")
     for res in results:
         hd = res.head
         L += ["", f"## {res.task} ({TEXT[res.role]}): final accuracy and steps to {res.target:.2f} against ξ", "",
