@@ -167,6 +167,21 @@ def test_task_result_pairs_seeds_and_identifies_the_best_between_worse_neighbour
     assert keep == [1.5, 2.0] and below == 1.2 and above == 4.0
 
 
+def test_a_diverged_run_counts_at_its_untrained_accuracy_and_as_unreached():
+    """Never dropped: its final accuracy is its step-0 evaluation's, its crossing censored at T."""
+    runs = [_run(x, s, f, [0.1, 0.3, 0.5, f, f]) for x, f in ((2.0, 0.6), (4.0, 0.58)) for s in range(3)]
+    broken = _run(4.0, 3, math.nan, [0.09, 0.2])
+    broken.head["status"] = "diverged"
+    broken.steps = [0.0, 10.0]
+    runs += [_run(2.0, 3, 0.6, [0.1, 0.3, 0.5, 0.6, 0.6]), broken]
+    res = task_result(runs, "t")
+    assert broken.final == 0.09
+    assert res.point(4.0).finals.tolist() == [0.58, 0.58, 0.58, 0.09]
+    assert res.diffs[4.0].n == 4 and res.diffs[4.0].mean == pytest.approx((3 * -0.02 - 0.51) / 4)
+    c = res.point(4.0).crossings[3]
+    assert (c.reached, c.low, c.high) == (False, 40.0, math.inf)
+
+
 def test_target_of_rounds_down_to_a_hundredth():
     assert target_of([0.7345, math.nan, 0.5]) == 0.66  # 0.9 × 0.7345 = 0.66105
     assert target_of([0.5]) == 0.45

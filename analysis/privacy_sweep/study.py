@@ -11,7 +11,8 @@ Per task, at the spec's fixed (ε, δ, M, T) — σ calibrated once (:func:`reso
    around its best (at most ``lr_rounds`` rounds; :func:`asyncfl.studies.tuning.refine`).
 3. **The ξ grid** on the evaluation seeds: ``ξ*·2^k`` for ``k`` in ``xi_span`` (points below
    ``xi_floor·σ`` replaced by it: :func:`coarse_grid`) and ``xi_extra``, then refined by
-   ``xi_refine`` around the best mean final accuracy (at most ``xi_rounds`` rounds, each adding
+   ``xi_refine`` around the best mean final accuracy (a ξ with a run that did not complete is
+   never that centre; at most ``xi_rounds`` rounds, each adding
    the best's two neighbours at that factor and, at an edge, one grid step beyond) — ξ is
    resolved to that factor at the optimum once both neighbours were tried.
 4. **The reference** (study task, if ``reference``): naive momentum, which ignores the counts, at

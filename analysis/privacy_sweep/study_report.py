@@ -4,7 +4,8 @@
 * **target** per task, fixed after the runs by one rule: ``target_fraction`` (0.9) × the best
   mean final accuracy over the ξ grid, rounded down to 0.01 — it changes only what is read from
   the curves, never a run;
-* per run: final test accuracy and the interval-censored step at which the curve first reaches
+* per run: final test accuracy (a run that diverged counts at its untrained model's, never
+  dropped) and the interval-censored step at which the curve first reaches
   the target (:func:`asyncfl.studies.crossing.crossing`; right-censored at T when never reached);
 * per ξ: mean final accuracy ± 95 % t interval, the restricted mean steps to target over the
   horizon T (:func:`asyncfl.studies.survival.restricted_mean`; unreached runs count at T, never
@@ -63,7 +64,11 @@ class RunRecord:
 
     @property
     def final(self) -> float:
-        return self.head["final_accuracy"] if self.head["status"] == "completed" else math.nan
+        """The final test accuracy; a run that did not complete (diverged) counts at its untrained
+        model's (the step-0 evaluation) — it learned nothing usable — and is never dropped."""
+        if self.head["status"] == "completed":
+            return self.head["final_accuracy"]
+        return self.accuracy[0] if self.steps and self.steps[0] == 0 else math.nan
 
     @property
     def wall(self) -> float:
@@ -357,7 +362,8 @@ def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figur
         hd = res.head
         L += ["", f"## {res.task} ({TEXT[res.role]}): final accuracy and steps to {res.target:.2f} against ξ", "",
               f"MA-light, server lr {res.points[0].runs[0]['lr']:g}, {len(res.best.runs)} evaluation seeds per ξ; "
-              f"target {res.target:.2f} = {TARGET_FRACTION:g} × the best mean final accuracy, rounded down to 0.01. "
+              f"target {res.target:.2f} = {TARGET_FRACTION:g} × the best mean final accuracy, rounded down to 0.01; "
+              "a run that diverged counts at its untrained model's accuracy and as never reaching the target. "
               "Δ: paired difference to the best ξ (95 % t interval); RMST: restricted mean steps to target over T "
               "(unreached runs count at T); speed: RMST(best)/RMST(ξ) (< 1: ξ reaches the target later than the best; "
               "95 % paired bootstrap, expanded percentile interval (docs/studies.md §5); 'interval ends': the ratio "
@@ -370,8 +376,10 @@ def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figur
             acc, bias = mean_ci(p.finals), mean_ci(r["bias_exact"] for r in p.runs)
             mark = (" **best**" if p is res.best else "") + (" (ξ\\*)" if math.isclose(p.x, res.rule_x) else "")
             unreached = sum(not c.reached for c in p.crossings)
+            diverged = sum(r["status"] != "completed" for r in p.runs)
+            broke = f" ({diverged} diverged)" if diverged else ""
             L.append(f"| {p.x:g}{mark} | {r0['xi']:.4g} | {r0['gamma']:.4g} | {r0['xi'] / hd['noise_cohort']:.4f} | {r0['counts']} | "
-                     f"{update_excess(r0['xi'], hd['sigma']):.3f} | {model.error(r0['xi']):.3f} | {_f(acc.mean, '.4f')} ± {_f(acc.half, '.4f')} | "
+                     f"{update_excess(r0['xi'], hd['sigma']):.3f} | {model.error(r0['xi']):.3f} | {_f(acc.mean, '.4f')} ± {_f(acc.half, '.4f')}{broke} | "
                      f"{_ci(res.diffs[p.x]) if p is not res.best else '(best)'} | {res.rmst[p.x]:.1f} ({unreached}/{len(p.runs)}) | "
                      f"{_ci(res.ratios[p.x])} | {_f(bias.mean, '.3f')} ± {_f(bias.half, '.3f')} |")
         L += ["", f"* {identification_text(res)}."]
