@@ -166,14 +166,16 @@ class TaskResult:
         c = self.ratios[x]
         return c is None or not (c.high < 1)
 
-    def identified(self) -> tuple[list[float], float | None, float | None]:
-        """The ξ/σ not significantly worse than the best (ascending), and the nearest tried ξ/σ
-        below and above that set that are significantly worse (``None``: the set reaches the grid's
-        end there, so the optimum is not bounded on that side)."""
+    def identified(self, speed: bool = False) -> tuple[list[float], float | None, float | None]:
+        """The ξ/σ not significantly worse than the best in final accuracy (``speed``: not
+        significantly slower to the target), ascending, and the nearest tried ξ/σ below and above
+        that set that are significantly worse (``None``: the set reaches the grid's end there, so
+        the optimum is not bounded on that side)."""
+        ok = self.not_slower if speed else self.not_worse
         xs = [p.x for p in self.points]
-        keep = [x for x in xs if self.not_worse(x)]
-        below = [x for x in xs if x < min(keep) and not self.not_worse(x)]
-        above = [x for x in xs if x > max(keep) and not self.not_worse(x)]
+        keep = [x for x in xs if ok(x)]
+        below = [x for x in xs if x < min(keep) and not ok(x)]
+        above = [x for x in xs if x > max(keep) and not ok(x)]
         return keep, (max(below) if below else None), (min(above) if above else None)
 
 
@@ -301,9 +303,9 @@ def _xs(xs: Sequence[float]) -> str:
     return ", ".join(f"{x:g}" for x in xs)
 
 
-def identification_text(res: TaskResult) -> str:
+def identification_text(res: TaskResult, speed: bool = False) -> str:
     """One sentence: where the best ξ lies, or on which side it is not bounded."""
-    keep, below, above = res.identified()
+    keep, below, above = res.identified(speed)
     if below is not None and above is not None:
         where = f"identified: ξ/σ ∈ ({below:g}, {above:g}) (tried points significantly worse on both sides)"
     elif below is None and above is None:
@@ -311,7 +313,8 @@ def identification_text(res: TaskResult) -> str:
     else:
         side = "below" if below is None else "above"
         where = f"not identified {side}: no tried ξ {side} the set is significantly worse"
-    return f"best ξ/σ = {res.best.x:g}; not significantly worse: {{{_xs(keep)}}}; {where}"
+    what = "not significantly slower to the target" if speed else "not significantly worse in final accuracy"
+    return f"{what} than the best ξ/σ = {res.best.x:g}: {{{_xs(keep)}}}; {where}"
 
 
 def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figures: Sequence[str]) -> list[str]:
@@ -382,27 +385,31 @@ def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figur
                      f"{update_excess(r0['xi'], hd['sigma']):.3f} | {model.error(r0['xi']):.3f} | {_f(acc.mean, '.4f')} ± {_f(acc.half, '.4f')}{broke} | "
                      f"{_ci(res.diffs[p.x]) if p is not res.best else '(best)'} | {res.rmst[p.x]:.1f} ({unreached}/{len(p.runs)}) | "
                      f"{_ci(res.ratios[p.x])} | {_f(bias.mean, '.3f')} ± {_f(bias.half, '.3f')} |")
-        L += ["", f"* {identification_text(res)}."]
+        L += ["", f"* Final accuracy — {identification_text(res)}.", f"* Steps to target — {identification_text(res, speed=True)}."]
         rule_pt = res.point(res.rule_x)
         if rule_pt is not None and rule_pt is not res.best:
             d, c = res.diffs[rule_pt.x], res.ratios[rule_pt.x]
-            verdict = "within" if res.not_worse(rule_pt.x) else "outside"
-            L.append(f"* The rule's ξ\\* = {res.rule_x:g}σ is {verdict} that set: final accuracy {_ci(d)} against the best, "
-                     f"steps to target {_ci(c)}.")
+            verdict = "not significantly worse" if res.not_worse(rule_pt.x) else "significantly worse"
+            slower = "not significantly slower" if res.not_slower(rule_pt.x) else "significantly slower"
+            L.append(f"* The rule's ξ\\* = {res.rule_x:g}σ is {verdict} than the best ({_ci(d)} in final accuracy) and "
+                     f"{slower} (speed {_ci(c)}).")
         elif rule_pt is not None:
             L.append(f"* The rule's ξ\\* = {res.rule_x:g}σ is the best tried ξ.")
     L += ["", "## The rule's check", "",
-          "| task | role | best ξ/σ | identified | ξ\\*/σ | ξ\\* not significantly worse (accuracy) | "
+          "| task | role | best ξ/σ | identified (accuracy) | identified (steps to target) | ξ\\*/σ | ξ\\* not significantly worse (accuracy) | "
           "Δ final accuracy (ξ\\* − best) | ξ\\* not significantly slower | speed RMST(best)/RMST(ξ\\*) |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    def bracket(res: TaskResult, speed: bool) -> str:
+        _, below, above = res.identified(speed)
+        if below is not None and above is not None:
+            return f"yes: ({below:g}, {above:g})"
+        return "no (" + ("open below" if below is None else f"> {below:g}") + ", " + ("open above" if above is None else f"< {above:g}") + ")"
+
     for res in results:
-        keep, below, above = res.identified()
-        ident = f"({below:g}, {above:g})" if below is not None and above is not None else "no (" + (
-            "open below" if below is None else f"> {below:g}") + ", " + ("open above" if above is None else f"< {above:g}") + ")"
         rp = res.point(res.rule_x)
         ok = "—" if rp is None else ("yes" if res.not_worse(rp.x) else "no")
         fast = "—" if rp is None else ("yes" if res.not_slower(rp.x) else "no")
-        L.append(f"| {res.task} | {res.role} | {res.best.x:g} | {ident} | {res.rule_x:g} | {ok} | "
+        L.append(f"| {res.task} | {res.role} | {res.best.x:g} | {bracket(res, False)} | {bracket(res, True)} | {res.rule_x:g} | {ok} | "
                  f"{'(is best)' if rp is res.best else _ci(res.diffs[rp.x]) if rp else '—'} | {fast} | "
                  f"{'(is best)' if rp is res.best else _ci(res.ratios[rp.x]) if rp else '—'} |")
     ref = _reference_runs(runs)
