@@ -541,7 +541,8 @@ def plot_rule(results: Sequence[TaskResult], stem: Path) -> list[Path]:
 
 def plot_curves(results: Sequence[TaskResult], stem: Path) -> list[Path]:
     """``xi_curves.{pdf,png}``: per task, the mean test-accuracy curve over the evaluation seeds at
-    each ξ (colour: log ξ/σ, a colour bar), the best ξ and ξ\\* drawn thicker, the target dotted."""
+    each ξ (colour: log ξ/σ), the best ξ and ξ\\* drawn thicker, the target dotted; a run that
+    stopped early (diverged) is left out of its ξ's mean curve (the tables count it)."""
     import matplotlib as mpl
 
     fig = figure(5.2 * len(results), 4.4)
