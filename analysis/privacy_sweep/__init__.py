@@ -32,6 +32,14 @@ Modules, each importing only those above it:
 ``outputs``                all three files at once
 ``run``                    :func:`run_sweep`: one run per (seed, ξ, rule), rows read back
 ``__main__``               the command line: arguments, progress display, table, exit codes
+``xi_rule``                the rule for ξ: ``argmin u(ξ) + e(ξ)`` from public configuration
+                           (docs/privacy.md, "Choosing ξ")
+``study_spec``             the ξ study's spec (TOML, validated; torch-free)
+``study_report``           the ξ study's numbers, report and figures from ``results.csv`` alone
+``study``                  the ξ study: tuning under DP on held-out seeds, the ξ grid around the
+                           rule's ξ* and its refinement, the check task, ``results.csv``;
+                           ``python -m analysis.privacy_sweep.study run SPEC --out DIR`` /
+                           ``… report DIR``
 =========================  ===================================================================
 
 Run it as::
