@@ -1,4 +1,4 @@
-"""The ξ study (analysis/privacy_sweep/study.py, study_report.py, xi_rule.py; docs/privacy.md,
+"""The ξ study (analysis/privacy_sweep/study/, study_report.py, xi_rule.py; docs/privacy.md,
 "Choosing ξ"): the rule's two relative errors against independent computations, its minimiser
 against the closed form and a brute-force grid, the spec's validation, and the CI-sized study
 end to end — tuning on held-out seeds only, the grid around ξ* and its √2 refinement, one row per
@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from analysis.privacy_sweep import study as study_mod
-from analysis.privacy_sweep.study import coarse_grid, main as study_main
+from analysis.privacy_sweep.study import coarse_grid
+from analysis.privacy_sweep.study import __main__ as study_cli
+from analysis.privacy_sweep.study.__main__ import main as study_main
 from analysis.privacy_sweep.study_report import (RunRecord, read_results, target_of, task_result)
 from analysis.privacy_sweep.study_spec import XiStudyError, load_spec, parse_spec
 from analysis.privacy_sweep.xi_rule import CountModel, counts_mode, rule_xi, update_excess
@@ -257,7 +259,7 @@ def test_the_report_regenerates_from_results_csv_alone(ci_study, tmp_path):
 
 def test_rerunning_the_study_runs_nothing_again(ci_study, monkeypatch):
     seen = []
-    monkeypatch.setattr(study_mod, "_progress", lambda outcome, progress: seen.append(outcome.reused))
+    monkeypatch.setattr(study_cli, "_progress", lambda outcome, progress: seen.append(outcome.reused))
     before = (ci_study / "results.csv").read_bytes()
     assert study_main(["run", str(CI_SPEC), "--out", str(ci_study)]) == 0
     assert seen and all(seen)

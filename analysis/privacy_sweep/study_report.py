@@ -325,7 +325,7 @@ def report_lines(results: Sequence[TaskResult], runs: Sequence[RunRecord], figur
         "# The privacy–utility study of ξ (and γ), and a rule for choosing ξ",
         "",
         "Generated from `results.csv` by `python -m analysis.privacy_sweep.study report DIR` "
-        "(method: `analysis/privacy_sweep/study.py`, `study_report.py`; docs/privacy.md, \"Choosing ξ\"; "
+        "(method: `analysis/privacy_sweep/study/`, `study_report.py`; docs/privacy.md, \"Choosing ξ\"; "
         "statistics: docs/studies.md).",
         "",
         f"Setting: FedBuff, N = {h['clients']}, C = {h['buffer']}, K = {h['K']} ({h['K'] // h['buffer']}C), T = {h['steps']} server "
