@@ -8,7 +8,9 @@ runs/q`` resumes the run the line before made). The few that take minutes (the p
 the studies) are checked as far as they go without running: arguments parsed, scenario or spec
 validated. The study scripts on the library (``python -m analysis.ma_study``, ``python -m
 analysis.privacy_sweep``) are treated like ``asyncfl`` commands: run when quick (``--check``),
-else checked as far as they go without running. Installation, benchmark and the other analysis
+else checked as far as they go without running; the review's (``python -m analysis.ma_review``)
+specs are validated with ``--check`` and its report is regenerated from the committed CSVs.
+Installation, benchmark and the other analysis
 commands (network, minutes) are listed and skipped by name.
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.ma_review.__main__ import main as review_main
 from analysis.ma_study.__main__ import main as study_main
 from analysis.ma_study.__main__ import study_args
 from analysis.ma_study.design import load_spec
@@ -36,6 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: the study scripts on the library, run like asyncfl commands (their first words → their main and arguments)
 STUDY = "python -m analysis.ma_study "
 PRIVACY = "python -m analysis.privacy_sweep "
+#: the review (issue 28): its specs are validated with --check; its report is regenerated from the committed CSVs
+REVIEW = "python -m analysis.ma_review "
 #: commands that set up a machine or measure it (network, minutes): not run
 NOT_RUN = ("python3 -m venv", "pip install", ".venv/bin/pip", ".venv/bin/python -m pytest", "python -m benchmarks.",
            "python -m analysis.privacy_utility")  # the other analysis scripts: exercised by their own tests (tests/test_study.py)
@@ -60,7 +65,7 @@ def readme_commands() -> list[str]:
 def test_the_readme_shows_commands():
     commands = readme_commands()
     assert any(c.startswith("asyncfl run scenarios/quickstart.toml") for c in commands)
-    known = ("asyncfl ", STUDY, PRIVACY, *NOT_RUN)
+    known = ("asyncfl ", STUDY, PRIVACY, REVIEW, *NOT_RUN)
     assert all(c.startswith(known) for c in commands), [c for c in commands if not c.startswith(known)]
     assert any(c.startswith(STUDY) for c in commands) and any(c.startswith(PRIVACY) for c in commands)
 
@@ -109,6 +114,15 @@ def test_every_readme_command_runs_as_written(tmp_path, monkeypatch, capsys):
         if command.startswith(NOT_RUN):
             continue
         argv = _words(command)
+        if command.startswith(REVIEW):
+            if argv[0] == "report":  # the committed results (the scratch copy leaves results/ out)
+                results = tmp_path / argv[argv.index("--out") + 1]
+                shutil.copytree(REPO / argv[argv.index("--out") + 1], results)
+            else:  # the study takes minutes even CI-sized: its spec is validated as the command would
+                argv = [*argv, "--check"]
+            assert review_main(argv) == 0, command
+            ran.append(command)
+            continue
         if command.startswith(LONG) or (command.startswith(STUDY) and "--check" not in argv):
             _check_long(command, argv)
             continue
@@ -119,4 +133,5 @@ def test_every_readme_command_runs_as_written(tmp_path, monkeypatch, capsys):
         ran.append(command)
     assert any(c.startswith("asyncfl resume runs/q") for c in ran) and any(c.startswith("asyncfl bias") for c in ran)
     assert any(c.startswith(STUDY) and "--check" in c for c in ran)
+    assert any(c.startswith(REVIEW + "report") for c in ran) and (tmp_path / "analysis/results/ma_review/report.md").is_file()
     assert (tmp_path / "runs" / "k20" / "summary.json").is_file() and (tmp_path / "runs" / "q" / "bias.json").is_file()
