@@ -73,7 +73,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("hook", "update hook", "client", "update_hook", "none", tr.PlainTraits, False,
          "build(cfg) -> UpdateHook (apply(jobs, messages) -> messages)"),
     Kind("executor", "executor", "run", "executor", "inline", tr.ExecutorTraits, False,
-         "build(task, client_cfg, run_cfg, recipe) -> Executor"),
+         "build(task, client_cfg, solver, run_cfg, recipe) -> Executor"),
     Kind("sampling", "sampling assumption", "privacy", "sampling", "poisson", tr.SamplingTraits, False,
          "a SamplingAssumption"),
     Kind("accountant", "privacy accountant", "privacy", "accountant", "pld", tr.PlainTraits, False,

@@ -210,7 +210,7 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
         status = summary.get("status")
     recorded = provenance.read(path)
     try:
-        scenario = scenario_mod.load(toml_path, run_dir=True)
+        scenario = scenario_mod.load(toml_path, run_dir=True, resume=True)
     except ScenarioError as exc:
         gone = provenance.missing(recorded)
         if gone:
