@@ -9,8 +9,10 @@ installed-package path (entry points, the CLI, sweeps, resume) is ``tests/test_p
 
 from __future__ import annotations
 
+import hashlib
 import math
 import pickle
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -110,7 +112,10 @@ def test_a_registered_rule_runs_from_a_scenario_and_is_recorded_under_its_own_na
     assert 'rule = "scaled"' in (tmp_path / "run" / "scenario.toml").read_text()
     record = provenance.read(tmp_path / "run")
     rule = next(c for c in record["components"] if c["kind"] == "rule")
-    assert rule == {"kind": "rule", "field": "server.rule", "name": "scaled", "origin": {"source": "module", "module": __name__}}
+    # the code of a module of no distribution: its source file, digested (docs/run-directory.md §1.1)
+    own = {Path(__file__).name: hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    assert rule == {"kind": "rule", "field": "server.rule", "name": "scaled", "origin": {"source": "module", "module": __name__},
+                    "code": {"basis": "source", "files": own}}
 
 
 def test_registering_a_taken_name_is_refused_unless_replacing(scaled) -> None:

@@ -143,7 +143,8 @@ class Registry:
                 self.conflicts[key].append(origin)
                 continue
             old = self._by_kind[c.kind].get(c.name)
-            if old is not None and old.origin is not None and old.origin.source == "package" and old != c:
+            if old is not None and old.origin is not None and old.origin.source == "package" \
+                    and (old != c or old.origin.package != origin.package):
                 self.conflicts[key] = [old.origin, origin]
                 del self._by_kind[c.kind][c.name]
                 self.generation += 1
@@ -226,9 +227,14 @@ class Registry:
             raise
         except BaseException as exc:  # SystemExit on import included: reported, never obeyed
             raise UnknownComponent(f"{info.field} = {shown}: importing {attribute!r} from the allowed module {module!r} "
-                                   f"failed ({type(exc).__name__}: {_short(str(exc))})") from None
+                                   f"failed ({type(exc).__name__}: {_clip(str(exc))})") from None
         found = _component_of(obj, kind, shown)
         return self.register(replace(found, name=name), origin=origin_of_module(module))
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _short(value: object) -> str:
