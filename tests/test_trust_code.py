@@ -337,7 +337,7 @@ def test_two_installed_plugins_registering_one_name_are_refused_naming_both(tmp_
     _fake_distribution(site, "beta-plug", "trustlab_beta", twin)
     assert cli(["validate", str(QUICKSTART)], site).returncode == 0  # a scenario not naming it is unaffected
     clean_refusal(cli(["validate", str(QUICKSTART), "--set", 'server.rule="twin"'], site),
-                  "server.rule = 'twin': registered by two installed plug-ins", "alpha-plug 0.1", "beta-plug 0.1")
+                  "server.rule = 'twin': registered by more than one installed plug-in", "alpha-plug 0.1", "beta-plug 0.1")
 
 
 def test_a_conflict_is_recorded_by_the_registry_not_resolved_by_order() -> None:

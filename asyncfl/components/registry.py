@@ -177,7 +177,7 @@ class Registry:
 
     def _conflict(self, kind: str, name: str) -> str:
         both = " and ".join(o.describe() for o in self.conflicts[(kind, name)])
-        return (f"{KINDS[kind].field} = {name!r}: registered by two installed plug-ins, {both}; asyncfl will not "
+        return (f"{KINDS[kind].field} = {name!r}: registered by more than one installed plug-in, {both}; asyncfl will not "
                 f"choose between them: uninstall one, or register the one you mean from Python under another name")
 
     def get(self, kind: str, name: Any) -> Component:
@@ -195,7 +195,7 @@ class Registry:
         text = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
         broken = f" ({'; '.join(self.plugin_errors)})" if self.plugin_errors else ""
         return (f"{info.field} = {text}: unknown {info.label} (a registered name, or 'package.module:attribute' "
-                f"naming an asyncfl.Component){broken}{hint} Allowed: {', '.join(names)}")
+                f"naming an asyncfl.Component of a module you allow){broken}{hint} Allowed: {', '.join(names)}")
 
     def _import(self, kind: str, name: str) -> Component:
         """The component ``"module:attribute"`` names, imported only when allowed (module docstring)."""
