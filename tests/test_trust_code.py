@@ -205,6 +205,27 @@ def test_a_module_with_an_import_side_effect_is_not_imported(lab: Path, tmp_path
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("name", ["os:abort", "os:getcwd", "signal:pause", "venv:main", "builtins:exit", "asyncfl.__main__:x"])
+def test_the_reviews_hostile_names_import_nothing(name: str, tmp_path: Path) -> None:
+    """``signal:pause`` once made ``asyncfl bias`` block forever and ``venv:main`` turned a results
+    folder into a virtualenv; ``asyncfl.__main__`` would run the command line itself."""
+    before = set(sys.modules)
+    with pytest.raises(ScenarioError, match=f"names code in the module '{name.partition(':')[0]}'"):
+        make_scenario({"server.rule": name})
+    out = tmp_path / "run"
+    run_to_dir_blocking(make_scenario(), out)
+    toml = out / "scenario.toml"
+    toml.write_text(toml.read_text().replace('rule = "momentum"', f'rule = "{name}"'))
+    asyncfl.allow_modules(name.partition(":")[0])  # even allowed: reading never imports
+    with pytest.raises(RunDirError, match="reading a run directory never imports code"):
+        load_run(out).scenario
+    from asyncfl.run.bias_report import write_bias_json
+    with pytest.raises(ScenarioError, match="reading a run directory never imports code"):
+        write_bias_json(out)
+    module = name.partition(":")[0]
+    assert not [m for m in set(sys.modules) - before if m == module or m.startswith(module + ".")]
+
+
 def test_builtins_quit_and_exit_are_refused_not_obeyed() -> None:
     for name in ("builtins:quit", "builtins:exit"):
         clean_refusal(cli(["validate", str(QUICKSTART), "--set", f'server.rule="{name}"']), f"server.rule = '{name}'")
