@@ -4,7 +4,8 @@ The public API is the names of :data:`__all__`, listed here and nowhere else (do
 §8); every other module is private by convention. ``import asyncfl`` is light (no torch, no
 pandas): each name is imported on first use from the module :data:`PUBLIC` gives.
 
-* registering your own parts: :class:`Component`, :func:`register`, :func:`component`, the
+* registering your own parts: :class:`Component`, :func:`register`, :func:`component`,
+  :func:`allow_modules` (which modules a ``"module:attribute"`` name may import), the
   kinds (:data:`KINDS`) and their traits, the config bases :class:`Section` and
   :class:`TaskSection`;
 * what a component's builder works with: :class:`Task`, :class:`ClientData`, :class:`LocalJob`,
@@ -28,6 +29,7 @@ PUBLIC: dict[str, str] = {
     "KINDS": "asyncfl.components.core",
     "register": "asyncfl.components.registry",
     "unregister": "asyncfl.components.registry",
+    "allow_modules": "asyncfl.components.allow",
     "component": "asyncfl.components.registry",
     "UnknownComponent": "asyncfl.components.registry",
     "TaskTraits": "asyncfl.components.traits",
@@ -68,6 +70,7 @@ __all__ = [
     "KINDS",
     "register",
     "unregister",
+    "allow_modules",
     "component",
     "UnknownComponent",
     "TaskTraits",
@@ -106,6 +109,7 @@ if TYPE_CHECKING:  # the names as type checkers see them (at run time: __getattr
     from asyncfl.api import load_scenario as load_scenario
     from asyncfl.api import scenario_from_dict as scenario_from_dict
     from asyncfl.api import simulate as simulate
+    from asyncfl.components.allow import allow_modules as allow_modules
     from asyncfl.components.core import KINDS as KINDS
     from asyncfl.components.core import Component as Component
     from asyncfl.components.core import Origin as Origin

@@ -49,6 +49,11 @@ class ParticipationCapReached(SimulationStalled):
     everything written up to that step (summary status ``stalled``)."""
 
 
+class ComponentError(AsyncFLError):
+    """A component broke its contract while running (a server rule's direction of another shape
+    than θ, …): the message names the component and the contract (docs/extending.md §2); exit 2."""
+
+
 class RunInterrupted(Exception):
     """The run was asked to stop (SIGINT) and stopped between two events, where its state is
     complete data that a checkpoint can hold. Not an :class:`AsyncFLError`: the CLI exits 130."""

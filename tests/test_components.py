@@ -9,8 +9,10 @@ installed-package path (entry points, the CLI, sweeps, resume) is ``tests/test_p
 
 from __future__ import annotations
 
+import hashlib
 import math
 import pickle
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -20,6 +22,7 @@ from pydantic import Field
 from typing_extensions import Annotated
 
 import asyncfl
+from asyncfl.components import allow
 from asyncfl.components.core import KINDS, Component, Origin
 from asyncfl.components.registry import REGISTRY, origin_of_module, register, unregister
 from asyncfl.components.traits import AlgorithmTraits, MemoryPart, RuleTraits
@@ -109,7 +112,10 @@ def test_a_registered_rule_runs_from_a_scenario_and_is_recorded_under_its_own_na
     assert 'rule = "scaled"' in (tmp_path / "run" / "scenario.toml").read_text()
     record = provenance.read(tmp_path / "run")
     rule = next(c for c in record["components"] if c["kind"] == "rule")
-    assert rule == {"kind": "rule", "field": "server.rule", "name": "scaled", "origin": {"source": "module", "module": __name__}}
+    # the code of a module of no distribution: its source file, digested (docs/run-directory.md §1.1)
+    own = {Path(__file__).name: hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    assert rule == {"kind": "rule", "field": "server.rule", "name": "scaled", "origin": {"source": "module", "module": __name__},
+                    "code": {"basis": "source", "files": own}}
 
 
 def test_registering_a_taken_name_is_refused_unless_replacing(scaled) -> None:
@@ -118,17 +124,21 @@ def test_registering_a_taken_name_is_refused_unless_replacing(scaled) -> None:
     register(SCALED)  # the same declaration again: nothing to refuse
 
 
-def test_a_scenario_can_name_a_component_by_module_and_attribute() -> None:
+def test_a_scenario_can_name_a_component_by_module_and_attribute_once_its_module_is_allowed(monkeypatch) -> None:
+    monkeypatch.delenv(allow.ENV, raising=False)
     name = f"{__name__}:SCALED"
+    with pytest.raises(ScenarioError, match=f"names code in the module '{__name__}', which asyncfl does not import unless you allow it"):
+        make_scenario({"server.rule": name, "server.gain": 3.0})
+    monkeypatch.setenv(allow.ENV, f"{__name__},nowhere")
     try:
         scenario = make_scenario({"server.rule": name, "server.gain": 3.0})
         assert scenario.component("rule").build == Scaled.from_config
         assert scenario.component("rule").origin.module == __name__
     finally:
         unregister("rule", name)
-    with pytest.raises(ScenarioError, match="server.rule = 'nowhere.at.all:X': cannot import 'X' from 'nowhere.at.all'"):
+    with pytest.raises(ScenarioError, match="server.rule = 'nowhere.at.all:X': importing 'X' from the allowed module 'nowhere.at.all' failed"):
         make_scenario({"server.rule": "nowhere.at.all:X"})
-    with pytest.raises(ScenarioError, match="names Scaled, not an asyncfl.Component of kind 'rule'"):
+    with pytest.raises(ScenarioError, match="names a function, not an asyncfl.Component .* never calls"):
         make_scenario({"server.rule": f"{__name__}:scaled_factory"})
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import asyncfl
 from analysis.ma_review.__main__ import main as review
+from analysis.ma_review.design import OWN_MODULE
 from analysis.ma_review.measures import iterate_noise, noise_gain
 from analysis.ma_review.tables import read_csv
 from asyncfl.privacy.mechanism import postprocess_counts
@@ -113,6 +115,7 @@ def test_the_oracle_keeps_the_update_noise_and_gives_the_exact_w(ci_review):
 
 
 def test_a_counts_mode_that_reads_the_exact_counts_needs_them():
+    asyncfl.allow_modules(OWN_MODULE)  # as the review allows its own oracle
     exact = np.array([3.0, 1.0, 0.0])
     assert postprocess_counts(np.array([2.5, 1.7, -0.3]), 4, "analysis.ma_review.oracle:ORACLE_COUNTS", exact).tolist() == [3, 1, 0]
     with pytest.raises(ValueError, match="reads the exact counts"):

@@ -168,3 +168,29 @@ def test_resume_on_changed_data_exits_2_naming_it_and_touches_nothing(installed:
     assert "Traceback" not in done.stderr
     assert "task.name = 'blob-cnn': its data differ from the data the run started on" in done.stderr
     assert _digests(out) == before
+
+
+def test_resume_on_edited_plugin_code_exits_2_naming_the_file_and_the_flag_accepts_it(installed: Path, data: Path,
+                                                                                     tmp_path: Path) -> None:
+    """The package's version is unchanged; one installed file of it is edited (as an editable
+    install would be): the digest of that file, recorded from the installed RECORD, differs."""
+    site = tmp_path / "site"
+    shutil.copytree(installed, site)
+    out = _interrupted(site, data, tmp_path / "run")
+    record = json.loads((out / "components.json").read_text())
+    rule = next(c for c in record["components"] if c["kind"] == "rule")
+    assert rule["code"]["basis"] == "installed"
+    assert rule["code"]["files"]["asyncfl_example_plugin/rule.py"] == \
+        hashlib.sha256((site / "asyncfl_example_plugin" / "rule.py").read_bytes()).hexdigest()
+    source = site / "asyncfl_example_plugin" / "rule.py"
+    source.write_text(source.read_text() + "\n# edited after the run started\n")
+    before = _digests(out)
+    done = _asyncfl(["resume", str(out)], site)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "asyncfl_example_plugin/rule.py (changed)" in done.stderr and "--accept-changed-code" in done.stderr
+    assert _digests(out) == before
+    done = _asyncfl(["resume", str(out), "--accept-changed-code", "--quiet"], site)
+    assert done.returncode == 0, done.stderr
+    accepted = json.loads((out / "components.json").read_text())["accepted_code_changes"]
+    assert {a["name"] for a in accepted} >= {"clipped-momentum"}
+    assert all(a["files"] == ["asyncfl_example_plugin/rule.py (changed)"] for a in accepted)

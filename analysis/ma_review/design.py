@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asyncfl import allow_modules
+
 from analysis.ma_study.design import Point, Study
 from analysis.ma_study.spec import NODP, StudyError, read_spec_file
 from analysis.ma_review.spec import ReviewSpec, parse_review
@@ -81,8 +83,15 @@ class ReviewStudy(Study):
         return [label for label in [NODP, *self.privacy] if label in labels]
 
 
+#: the review's own module a spec may name a component of (its oracle counts, ``oracle.py``)
+OWN_MODULE = "analysis.ma_review.oracle"
+
+
 def load_review(path: str | Path) -> ReviewStudy:
-    """Read, validate and expand a review spec file."""
+    """Read, validate and expand a review spec file. The review's own oracle counts are the
+    study's code, not the spec's: their module (:data:`OWN_MODULE`, and no other) is allowed to
+    be imported by name (docs/extending.md §3), here and in the runs' worker processes."""
+    allow_modules(OWN_MODULE)
     path = Path(path)
     return review_from_raw(read_spec_file(path), path.parent, str(path))
 

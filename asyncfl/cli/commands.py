@@ -42,9 +42,19 @@ def changes_args(p: argparse.ArgumentParser) -> None:
                    help="remove a key of the file, so that its default applies (repeatable)")
 
 
+def allow_module_arg(p: argparse.ArgumentParser) -> None:
+    """``--allow-module MODULE``: the one way a command line lets a ``"module:attribute"``
+    component name import code (docs/extending.md §3)."""
+    p.add_argument("--allow-module", dest="allow_modules", action="append", default=[], metavar="MODULE",
+                   help="let component names 'MODULE:attribute' (and 'MODULE.sub:attribute') import MODULE "
+                        "(repeatable; also exported to worker processes as ASYNCFL_ALLOW_MODULES). Without it a "
+                        "scenario or run directory runs no code: only registered components are found")
+
+
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario TOML file (see scenarios/)")
     changes_args(p)
+    allow_module_arg(p)
 
 
 def quiet_arg(p: argparse.ArgumentParser, help: str = "no progress bar and no summary table") -> None:
@@ -64,6 +74,10 @@ def resume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="the run directory (written by 'asyncfl run')")
     format_arg(p, figure_path=False)
     quiet_arg(p)
+    allow_module_arg(p)
+    p.add_argument("--accept-changed-code", action="store_true",
+                   help="continue although a plug-in's code differs from the code the run started with "
+                        "(components.json); the files that changed are recorded in the run directory")
 
 
 def validate_args(p: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ import sys
 
 from asyncfl import __version__
 from asyncfl.cli.commands import COMMANDS, add_commands
+from asyncfl.components.allow import allow_modules
 from asyncfl.cli.console import fault, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_NUMERICAL, EXIT_OK, EXIT_USAGE
 from typing import Callable
@@ -48,9 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     def command(args: argparse.Namespace) -> int:
+        permit(args)
         return int(COMMANDS.load(args.command)(args) or EXIT_OK)
 
     return _guarded(build_parser, command, "asyncfl", argv)
+
+
+def permit(args: argparse.Namespace) -> None:
+    """Allow the modules of ``--allow-module`` (:func:`asyncfl.allow_modules`), before anything is read."""
+    try:
+        allow_modules(*getattr(args, "allow_modules", None) or ())
+    except ValueError as exc:
+        raise UsageError(f"--allow-module: {exc}") from None
 
 
 def run_script(prog: str, description: str, add_arguments: Callable[[argparse.ArgumentParser], None],
@@ -64,7 +74,11 @@ def run_script(prog: str, description: str, add_arguments: Callable[[argparse.Ar
         add_arguments(p)
         return p
 
-    return _guarded(parser, lambda args: int(command(args) or EXIT_OK), prog, argv)
+    def guarded(args: argparse.Namespace) -> int:
+        permit(args)
+        return int(command(args) or EXIT_OK)
+
+    return _guarded(parser, guarded, prog, argv)
 
 
 def _guarded(parser: Callable[[], argparse.ArgumentParser], command: Callable[[argparse.Namespace], int], prog: str,

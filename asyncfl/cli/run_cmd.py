@@ -101,21 +101,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    """Every check first (:func:`asyncfl.run.runner.prepare_resume`): a refusal prints one
+    message, shows no progress bar and touches no file, lock file included."""
     out = Path(args.run_dir)
     try:
-        plan = runner.inspect_run_dir(out)
-        if plan.status == "completed":
-            raise runner.AlreadyCompleted("")
+        ready = runner.prepare_resume(out, accept_changed_code=args.accept_changed_code)
     except runner.AlreadyCompleted:
         warn(f"{out}: the run is already completed; nothing to resume")
         return EXIT_OK
-    rundir.RunLock.check(out)  # in use by another process: say so before anything else
+    for change in ready.accepted:
+        warn(f"note: {change.describe()}; accepted (--accept-changed-code), recorded in {out / 'components.json'}")
+    plan = ready.plan
     if plan.checkpoint is None:
         warn(f"{out}: no checkpoint yet; restarting the run from scratch in this directory")
     else:
         warn(f"{out}: resuming after server step {plan.step}")
 
     def coroutine_of(**kw: Any) -> Any:
-        return runner.resume_dir(out, **kw)
+        return runner.resume_prepared(ready, **kw)
 
     return _drive_with_progress(plan.scenario.run.steps, plan.step, args.quiet, coroutine_of, out, args.format or "png")

@@ -11,12 +11,13 @@ a user's plug-ins are registered through the same path, :func:`asyncfl.component
   function returning them. asyncfl's own built-ins are such an entry point
   (``asyncfl.components.builtin:COMPONENTS``);
 * from a scenario, by naming ``"package.module:attribute"`` where the scenario names a
-  component (``server.rule = "mylab.rules:CLIPPED"``): the module is imported and the attribute,
-  a :class:`Component` of that kind, is registered under that name.
+  component (``server.rule = "mylab.rules:CLIPPED"``), for a module the user allowed
+  (:mod:`asyncfl.components.allow`): the module is imported and the attribute, which must be a
+  :class:`Component` of that kind (never called), is registered under that name.
 
 Each component remembers where it came from (:class:`Origin`: built-in, an installed package and
-its version, or a module), which the run directory records (docs/run-directory.md §2) and
-``asyncfl resume`` checks.
+its version, or a module), which the run directory records with a digest of its code
+(docs/run-directory.md §1.1) and ``asyncfl resume`` checks.
 
 Builders, config classes and traits are declared torch-free for the built-ins: a builder may be
 given as a ``"module:attribute"`` string and is imported on first use, so validating a scenario
@@ -73,7 +74,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("hook", "update hook", "client", "update_hook", "none", tr.PlainTraits, False,
          "build(cfg) -> UpdateHook (apply(jobs, messages) -> messages)"),
     Kind("executor", "executor", "run", "executor", "inline", tr.ExecutorTraits, False,
-         "build(task, client_cfg, run_cfg, recipe) -> Executor"),
+         "build(task, client_cfg, solver, run_cfg, recipe) -> Executor"),
     Kind("sampling", "sampling assumption", "privacy", "sampling", "poisson", tr.SamplingTraits, False,
          "a SamplingAssumption"),
     Kind("accountant", "privacy accountant", "privacy", "accountant", "pld", tr.PlainTraits, False,

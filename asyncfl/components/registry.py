@@ -4,30 +4,41 @@ path (docs/extending.md §3).
 :data:`REGISTRY` holds every registered :class:`~asyncfl.components.core.Component` by kind and
 name. On first use it loads the entry-point group :data:`ENTRY_POINT_GROUP`, asyncfl's own
 built-ins included (``asyncfl.components.builtin:COMPONENTS``, imported directly when asyncfl
-runs from a source tree that is not installed); :func:`register` adds components from Python, and
-a ``"package.module:attribute"`` name in a scenario imports and registers one on first use. Each
-kind is also seen as a live table (:class:`KindTable`: ``RULES``, ``TASKS``, … in
+runs from a source tree that is not installed); :func:`register` adds components from Python.
+
+A name from data (a scenario, a ``--set`` override, a run directory) finds only what is
+registered. A ``"package.module:attribute"`` name imports its module only when the user allowed
+that module (:mod:`asyncfl.components.allow`), and never inside :func:`~asyncfl.components.allow.reading`;
+the attribute must *be* a :class:`Component` of the kind asked for (or a list or tuple holding
+exactly one of that kind): it is never called. Entry points of installed packages are trusted,
+like pytest's; one that fails to load — an exception or ``SystemExit`` on import — is reported
+as a failed plug-in, and a name two installed plug-ins both register is refused naming both.
+Each kind is also seen as a live table (:class:`KindTable`: ``RULES``, ``TASKS``, … in
 :mod:`asyncfl.config.registries`).
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 import threading
 from dataclasses import replace
 from types import ModuleType
 from typing import Any, Iterable, Iterator
 
+from asyncfl.components import allow
 from asyncfl.components.core import KINDS, Component, Origin, _resolve
+from asyncfl.errors import AsyncFLError
 from asyncfl.registry import Registry as NameTable
 
 #: the entry-point group an installed package uses to offer components
 ENTRY_POINT_GROUP = "asyncfl.plugins"
 
 
-class UnknownComponent(LookupError):
-    """A name that no registered component of its kind has (the message lists the names)."""
+class UnknownComponent(AsyncFLError, LookupError):
+    """A name that no registered component of its kind has (the message lists the names), or a
+    ``"module:attribute"`` name that may not be imported or does not name a component."""
 
 
 class Registry:
@@ -40,6 +51,8 @@ class Registry:
         self._loading = threading.RLock()
         self.generation = 0  # counts changes, for caches of what is registered
         self.plugin_errors: list[str] = []
+        # (kind, name) registered by two installed plug-ins: refused where asked for, naming both
+        self.conflicts: dict[tuple[str, str], list[Origin]] = {}
 
     # -- registration --------------------------------------------------------------------------
     def register(self, component: Component, *, origin: Origin | None = None, replace_existing: bool = False) -> Component:
@@ -94,18 +107,49 @@ class Registry:
                                      origin=Origin("builtin", "asyncfl.components.builtin"))
             for ep in own + [ep for ep in points if ep not in own]:
                 is_own = ep in own
+                dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "?"
                 try:
                     obj = ep.load()
                     origin = (Origin("builtin", ep.module) if is_own else
                               Origin("package", ep.module, ep.dist.name if ep.dist else None,
                                      ep.dist.version if ep.dist else None))
-                    self.register_object(obj, origin=origin)
-                except Exception as exc:  # a broken plug-in must not break asyncfl
+                    if is_own:
+                        self.register_object(obj, origin=origin)
+                    else:
+                        self._register_plugin(obj, origin)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # a broken plug-in (SystemExit on import included) must not stop asyncfl
                     if is_own:
                         raise
-                    dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "?"
                     self.plugin_errors.append(f"plug-in {ep.name!r} of {dist} ({ep.value}) failed to load: "
                                               f"{type(exc).__name__}: {exc}")
+
+    def _register_plugin(self, obj: Any, origin: Origin) -> None:
+        """Register an installed plug-in's components one by one. A name already taken by another
+        installed plug-in makes a conflict (the name is refused wherever it is asked for, naming
+        both packages); one taken by a built-in is that plug-in's error (the built-in stays)."""
+        if isinstance(obj, ModuleType):
+            obj = getattr(obj, "COMPONENTS", None)
+            if obj is None:
+                raise ValueError("a plug-in module must define COMPONENTS (a sequence of asyncfl.Component)")
+        if callable(obj) and not isinstance(obj, Component):
+            obj = obj()  # an installed entry point is trusted (docs/extending.md §3)
+        for c in [obj] if isinstance(obj, Component) else list(obj):
+            if not isinstance(c, Component):
+                raise TypeError(f"register() takes Component objects, not {type(c).__name__}")
+            key = (c.kind, c.name)
+            if key in self.conflicts:
+                self.conflicts[key].append(origin)
+                continue
+            old = self._by_kind[c.kind].get(c.name)
+            if old is not None and old.origin is not None and old.origin.source == "package" \
+                    and (old != c or old.origin.package != origin.package):
+                self.conflicts[key] = [old.origin, origin]
+                del self._by_kind[c.kind][c.name]
+                self.generation += 1
+                continue
+            self.register(c, origin=origin)
 
     # -- lookup ----------------------------------------------------------------------------------
     def names(self, kind: str) -> tuple[str, ...]:
@@ -117,15 +161,24 @@ class Registry:
         return iter(list(self._by_kind[kind].values()))
 
     def find(self, kind: str, name: Any) -> Component | None:
-        """The component ``name`` of ``kind``, or None. A ``"module:attribute"`` name is imported
-        and registered under that name on first use (an import error is raised)."""
+        """The component ``name`` of ``kind``, or None. A ``"module:attribute"`` name that is not
+        registered is imported and registered under that name on first use, only if its module is
+        allowed and not while reading a run directory (:mod:`asyncfl.components.allow`);
+        otherwise, or when it is not a component of ``kind``, :class:`UnknownComponent` says why."""
         self.load_plugins()
         if not isinstance(name, str):
             return None
+        if (kind, name) in self.conflicts:
+            raise UnknownComponent(self._conflict(kind, name))
         found = self._by_kind[kind].get(name)
-        if found is None and ":" in name and not name.startswith("asyncfl:"):
+        if found is None and ":" in name:
             found = self._import(kind, name)
         return found
+
+    def _conflict(self, kind: str, name: str) -> str:
+        both = " and ".join(o.describe() for o in self.conflicts[(kind, name)])
+        return (f"{KINDS[kind].field} = {name!r}: registered by more than one installed plug-in, {both}; asyncfl will not "
+                f"choose between them: uninstall one, or register the one you mean from Python under another name")
 
     def get(self, kind: str, name: Any) -> Component:
         found = self.find(kind, name)
@@ -142,21 +195,67 @@ class Registry:
         text = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
         broken = f" ({'; '.join(self.plugin_errors)})" if self.plugin_errors else ""
         return (f"{info.field} = {text}: unknown {info.label} (a registered name, or 'package.module:attribute' "
-                f"naming an asyncfl.Component){broken}{hint} Allowed: {', '.join(names)}")
+                f"naming an asyncfl.Component of a module you allow){broken}{hint} Allowed: {', '.join(names)}")
 
     def _import(self, kind: str, name: str) -> Component:
+        """The component ``"module:attribute"`` names, imported only when allowed (module docstring)."""
+        info = KINDS[kind]
+        shown = _short(name)
         module, _, attribute = name.partition(":")
+        if allow.is_reading():
+            raise UnknownComponent(f"{info.field} = {shown}: not registered in this process, and reading a run directory "
+                                   "never imports code; register the component (asyncfl.register) or install its package "
+                                   "to read what depends on it")
+        if allow.module_name_problem(module) or not all(p.isidentifier() for p in attribute.split(".")):
+            raise UnknownComponent(f"{info.field} = {shown}: unknown {info.label}; a name with ':' must be "
+                                   f"'package.module:attribute'. Allowed names: {', '.join(self.names(kind))}")
+        if not allow.is_allowed(module):
+            raise UnknownComponent(
+                f"{info.field} = {shown}: names code in the module {module!r}, which asyncfl does not import unless you "
+                f"allow it (a scenario or a run directory never runs code you did not choose). If you trust it: "
+                f"--allow-module {module} on the command line, {allow.ENV}={module} in the environment, or "
+                f"asyncfl.allow_modules({module!r}) in Python")
+        if info.whole_section:
+            raise UnknownComponent(f"{info.field} = {shown}: a {info.label} owns the whole [{info.section}] section and is "
+                                   f"named by its own name: register it (asyncfl.register, or an installed package's entry "
+                                   f"point) and write {info.field} = its name")
         try:
-            obj = _resolve(name)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise UnknownComponent(f"{KINDS[kind].field} = {name!r}: cannot import {attribute!r} from "
-                                   f"{module!r} ({type(exc).__name__}: {exc})") from None
-        if callable(obj) and not isinstance(obj, Component):
-            obj = obj()
-        if not isinstance(obj, Component) or obj.kind != kind:
-            raise UnknownComponent(f"{KINDS[kind].field} = {name!r}: names {type(obj).__name__}, not an "
-                                   f"asyncfl.Component of kind {kind!r}")
-        return self.register(replace(obj, name=name), origin=origin_of_module(module))
+            obj: Any = importlib.import_module(module)
+            for part in attribute.split("."):
+                obj = getattr(obj, part)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit on import included: reported, never obeyed
+            raise UnknownComponent(f"{info.field} = {shown}: importing {attribute!r} from the allowed module {module!r} "
+                                   f"failed ({type(exc).__name__}: {_clip(str(exc))})") from None
+        found = _component_of(obj, kind, shown)
+        return self.register(replace(found, name=name), origin=origin_of_module(module))
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _component_of(obj: Any, kind: str, shown: str) -> Component:
+    """The :class:`Component` of ``kind`` that ``obj`` is (or the only one of that kind in a list or
+    tuple ``obj`` is); nothing of ``obj`` is ever called."""
+    info = KINDS[kind]
+    candidates = [obj] if isinstance(obj, Component) else [c for c in obj if isinstance(c, Component)] \
+        if type(obj) in (list, tuple) else None
+    if candidates is None:
+        raise UnknownComponent(f"{info.field} = {shown}: names a {type(obj).__name__}, not an asyncfl.Component (nor a "
+                               f"list or tuple of them); asyncfl never calls what a name points to")
+    of_kind = [c for c in candidates if c.kind == kind]
+    if len(of_kind) != 1:
+        held = ", ".join(f"{c.kind} {c.name!r}" for c in candidates) or "no component"
+        raise UnknownComponent(f"{info.field} = {shown}: must name exactly one {info.label} component; it holds {held}")
+    return of_kind[0]
 
 
 def _declaring_module(component: Component) -> str:

@@ -70,7 +70,7 @@ class TaskTraits(Traits):
 class LatencyTraits(Traits):
     """How the fleet uses the model: ``"draw"`` — the builder is ``draw(cfg, rng) -> float``,
     times the client's speed, per job; ``"profiles"`` — the builder gives every client a fixed
-    job latency from the task (``build(cfg, scenario, task) -> array``); ``"replay"`` — the
+    job latency from the task (``build(scenario, task) -> array``, one per client); ``"replay"`` — the
     builder is a whole fleet replaying a recording (``build(scenario, streams) -> Fleet``).
     ``speeds_from``: what the speeds come from when not the population's speed model (then
     ``population.speed_sigma`` and ``slow_fraction`` must be 0)."""

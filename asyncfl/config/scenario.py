@@ -37,6 +37,7 @@ from asyncfl.config.latency import (
     ConstantLatency, ExponentialLatency, FedScaleLatency, HalfNormalLatency, LatencyConfig,
     LogNormalLatency, ParetoLatency, TraceLatency, UniformLatency,
 )
+from asyncfl.components import allow
 from asyncfl.components.core import KINDS, Component, Kind
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.config.registries import LATENCIES, TASKS
@@ -462,6 +463,22 @@ def _resolved(sc: Scenario) -> Scenario:
     return dataclasses.replace(sc, **absolute)
 
 
+def _derived_problems(sc: Scenario, protocol: Component) -> list[str]:
+    """The keys the engine reads of every protocol, once its ``resolve`` (if any) has run:
+    ``server.buffer`` and the in-flight key it declares (``ProtocolTraits.in_flight_key``)."""
+    errors = []
+    if sc.server.buffer is None:
+        errors.append(f"server.buffer: server.protocol = {protocol.name!r} derives no default for it (its traits have "
+                      "no resolve); give server.buffer")
+    key = protocol.traits.in_flight_key
+    value = getattr(sc.server, key, None)
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors.append(f"server.{key}: server.protocol = {protocol.name!r} counts the clients a step waits on by this key "
+                      f"(ProtocolTraits.in_flight_key), but it has no integer value ({_fmt(value)}); give it, or declare "
+                      "it in the protocol's config with a default, or derive it in the protocol's resolve")
+    return errors
+
+
 def _trait_problems(sc: Scenario, parts: dict[str, Component]) -> list[str]:
     """What the components' traits require of each other (docs/scenario.md §3)."""
     errors: list[str] = []
@@ -556,6 +573,9 @@ def _cross_check(sc: Scenario) -> Scenario:
     their traits require of each other; resolves derived defaults."""
     sc = _resolved(sc)
     parts = sc.components()
+    missing = _derived_problems(sc, parts["protocol"])
+    if missing:  # every check below counts on them
+        raise ScenarioError(missing)
     errors = _trait_problems(sc, parts)
     for component in parts.values():
         if component.traits.check is not None:
@@ -652,11 +672,17 @@ def _tag_of(kind: Kind, raw: Mapping[str, Any]) -> Any:
     return table.get(kind.key, kind.default) if isinstance(table, Mapping) else kind.default
 
 
-def _own_keys(kind: Kind, name: Any) -> set[str]:
+def _find(kind: Kind, name: Any) -> Component | None:
+    """The registered component ``name`` of ``kind``, None when there is none or it may not be
+    imported (validation then says why, naming the field)."""
     try:
-        found = REGISTRY.find(kind.name, name)
+        return REGISTRY.find(kind.name, name)
     except UnknownComponent:
-        return set()
+        return None
+
+
+def _own_keys(kind: Kind, name: Any) -> set[str]:
+    found = _find(kind, name)
     return set(found.keys) if found is not None else set()
 
 
@@ -706,7 +732,7 @@ def apply_values(raw: dict[str, Any], values: list[tuple[str, Any]],
         if old == new or not isinstance(table, dict):
             continue
         old_keys, new_keys = _own_keys(kind, old), _own_keys(kind, new)
-        if not old_keys or (not new_keys and REGISTRY.find(kind.name, new) is None):
+        if not old_keys or (not new_keys and _find(kind, new) is None):
             continue
         keep = set() if kind.whole_section else set(SECTIONS[kind.section].model_fields)
         dropped = sorted(k for k in table if k in old_keys - new_keys - keep and f"{kind.section}.{k}" not in set_keys)
@@ -756,13 +782,23 @@ def drop_unowned(raw: dict[str, Any]) -> list[str]:
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), unset: list[str] | tuple[str, ...] = (),
-         notes: list[str] | None = None, *, run_dir: bool = False) -> Scenario:
+         notes: list[str] | None = None, *, run_dir: bool = False, resume: bool = False) -> Scenario:
     """Read, change (:func:`apply_changes`: ``--unset``, then ``--set``) and validate a scenario
     file; the notes of the changes are appended to ``notes`` when given. Relative trace paths in
     the file (``latency.file``, ``population.availability_file``) are taken relative to the
     file's directory; in ``--set`` overrides, relative to the working directory. ``run_dir``: the
     file is a run directory's ``scenario.toml``, possibly written by asyncfl ≤ 0.1
-    (:func:`drop_unowned`)."""
+    (:func:`drop_unowned`), read to look at: its component names are looked up among the
+    registered ones and never imported (:func:`asyncfl.components.allow.reading`), unless
+    ``resume`` (a resume builds the run again: an allowed module is imported, as for a scenario)."""
+    if run_dir and not resume:
+        with allow.reading():
+            return _load(path, overrides, unset, notes, run_dir=True)
+    return _load(path, overrides, unset, notes, run_dir=run_dir)
+
+
+def _load(path: str | Path, overrides: list[str] | tuple[str, ...], unset: list[str] | tuple[str, ...],
+          notes: list[str] | None, *, run_dir: bool) -> Scenario:
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise ScenarioError([f"{path}: no such scenario file"])

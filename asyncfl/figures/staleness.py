@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from asyncfl.components import allow
 from asyncfl.components.core import KINDS
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.figures.style import TIME_LABEL, colorbar, figure, integer_ticks, save, styled, title
@@ -148,7 +149,8 @@ def in_flight_key(server: dict[str, Any]) -> str | None:
     ``in_flight_key`` trait: FedBuff's ``concurrency``, sync's ``cohort``); None for a protocol
     that is not registered now."""
     try:
-        protocol = REGISTRY.find("protocol", server.get("protocol", KINDS["protocol"].default))
+        with allow.reading():  # a run directory names it: never imported
+            protocol = REGISTRY.find("protocol", server.get("protocol", KINDS["protocol"].default))
     except UnknownComponent:
         return None
     return protocol.traits.in_flight_key if protocol is not None else None

@@ -1,24 +1,30 @@
-"""What ran and where it came from: ``components.json`` (docs/run-directory.md §2).
+"""What ran and where it came from: ``components.json`` (docs/run-directory.md §1.1).
 
-A run directory names every component the run was built from — kind, name, and origin (built
-into asyncfl; an installed package and its version; a module) — and the content fingerprint of
-the task it trained on: a SHA-256 of every client's and the test set's tensors (``data``) and of
-the model's architecture, its modules' classes and its parameters' and buffers' names, shapes and
+A run directory names every component the run was built from — kind, name, origin (built into
+asyncfl; an installed package and its version; a module) and the digest of each file of the code
+that defines it (:mod:`asyncfl.components.fingerprint`) — and the content fingerprint of the task
+it trained on: a SHA-256 of every client's and the test set's tensors (``data``) and of the
+model's architecture, its modules' classes and its parameters' and buffers' names, shapes and
 dtypes (``model``). ``asyncfl resume`` rebuilds the run from ``scenario.toml`` and first checks it
-against this record (:func:`problems`): a component that is no longer registered, a plug-in
-package at another version, or a task whose data or model differ is refused, naming what
-changed, before any file is touched. A run never continues on other data or code.
+against this record: a component that is no longer registered or comes from another package or
+version (:func:`origin_problems`), code that changed (:func:`code_changes`; accepted only with
+``--accept-changed-code``, which :func:`record_acceptance` writes down), or a task whose data or
+model differ (:func:`data_problems`) is refused, naming what changed, before any file is touched.
+A run never continues on other data or code without saying so.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from asyncfl.components.core import KINDS
+from asyncfl.components.fingerprint import changed_files, code_record
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.errors import RunDirError
 from asyncfl.run.rundir import read_json, write_json
@@ -65,7 +71,8 @@ def record(scenario: Scenario, task: Task) -> dict[str, Any]:
     components = []
     for kind, component in scenario.components().items():
         entry: dict[str, Any] = {"kind": kind, "field": KINDS[kind].field, "name": component.name,
-                                 "origin": component.origin.to_dict() if component.origin else {}}
+                                 "origin": component.origin.to_dict() if component.origin else {},
+                                 "code": code_record(component.origin)}
         if kind == "task":
             entry["fingerprint"] = {"data": data_fingerprint(task), "model": model_fingerprint(task)}
         components.append(entry)
@@ -77,13 +84,17 @@ def write(path: Path, scenario: Scenario, task: Task) -> None:
 
 
 def read(path: Path) -> dict[str, Any] | None:
-    """The record of a run directory, None for a run written before it existed."""
+    """The record of a run directory, None for a run written before it existed. A record that is
+    not one (damaged JSON, another layout) is a :class:`RunDirError` naming the file."""
     file = path / FILE
-    if not file.exists():
+    if not file.exists() and not file.is_symlink():
         return None
     data = read_json(file)
-    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("components"), list):
-        raise RunDirError(f"{file}: not a components record of version {VERSION}")
+    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("components"), list) \
+            or not all(isinstance(e, dict) and isinstance(e.get("kind"), str) and isinstance(e.get("name"), str)
+                       and isinstance(e.get("field"), str) and isinstance(e.get("origin", {}), dict)
+                       and isinstance(e.get("code", {}), dict) for e in data["components"]):
+        raise RunDirError(f"{file}: not a components record of version {VERSION} (damaged?); nothing was changed")
     return data
 
 
@@ -97,22 +108,25 @@ def _origin_text(origin: dict[str, Any]) -> str:
 
 def missing(recorded: dict[str, Any] | None) -> list[str]:
     """The recorded components that are not registered now, each named with where it came from
-    (for a ``scenario.toml`` that no longer validates)."""
+    and why it cannot be found (for a ``scenario.toml`` that no longer validates)."""
     out = []
     for entry in (recorded or {}).get("components", []):
+        if entry["kind"] not in KINDS:
+            out.append(f"{entry['field']} = {entry['name']!r}: a kind of component this asyncfl does not have ({entry['kind']!r})")
+            continue
+        why = "which is not installed or registered now"
         try:
             found = REGISTRY.find(entry["kind"], entry["name"])
-        except UnknownComponent:
-            found = None
+        except UnknownComponent as exc:
+            found, why = None, f"and cannot be used now: {exc}"
         if found is None:
-            out.append(f"{entry['field']} = {entry['name']!r} came from {_origin_text(entry.get('origin', {}))}, "
-                       "which is not installed or registered now")
+            out.append(f"{entry['field']} = {entry['name']!r} came from {_origin_text(entry.get('origin', {}))}, {why}")
     return out
 
 
-def problems(recorded: dict[str, Any] | None, scenario: Scenario, task: Task | None) -> list[str]:
-    """What differs between the record and the run rebuilt now: a component's origin (another
-    source, package or version) and the task's data or model fingerprint."""
+def origin_problems(recorded: dict[str, Any] | None, scenario: Scenario) -> list[str]:
+    """What differs between the record and the components the scenario names now: a component
+    gone, another name, another origin (source, package or version)."""
     if recorded is None:
         return []
     out = missing(recorded)
@@ -129,11 +143,82 @@ def problems(recorded: dict[str, Any] | None, scenario: Scenario, task: Task | N
         if any(was.get(k) != is_.get(k) for k in keys):
             out.append(f"{entry['field']} = {name!r}: the run used it from {_origin_text(was)}, "
                        f"now it comes from {_origin_text(is_)}")
-        fingerprint = entry.get("fingerprint")
-        if fingerprint and task is not None:
-            if fingerprint.get("data") != data_fingerprint(task):
-                out.append(f"task.name = {name!r}: its data differ from the data the run started on "
-                           "(the clients' or the test set's tensors changed)")
-            if fingerprint.get("model") != model_fingerprint(task):
-                out.append(f"task.name = {name!r}: its model architecture differs from the one the run started with")
     return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class CodeChange:
+    """A component whose code differs from the code the run started with: the record's entry
+    index, the files that changed and the code record of now."""
+
+    index: int
+    field: str
+    name: str
+    files: tuple[str, ...]
+    now: dict[str, Any]
+
+    def describe(self) -> str:
+        shown = ", ".join(self.files[:8]) + (f" and {len(self.files) - 8} more" if len(self.files) > 8 else "")
+        return f"{self.field} = {self.name!r}: its code differs from the code the run started with: {shown}"
+
+
+def code_changes(recorded: dict[str, Any] | None, scenario: Scenario) -> list[CodeChange]:
+    """The components whose code (per-file digests, :func:`asyncfl.components.fingerprint.code_record`)
+    differs from the record's. A record without digests (asyncfl ≤ 0.2.0) compares nothing."""
+    if recorded is None:
+        return []
+    now = scenario.components()
+    out = []
+    for i, entry in enumerate(recorded.get("components", [])):
+        component, was = now.get(entry["kind"]), entry.get("code")
+        if component is None or component.name != entry["name"] or not isinstance(was, dict):
+            continue
+        current = code_record(component.origin)
+        files = changed_files(was, current)
+        if files:
+            out.append(CodeChange(i, entry["field"], entry["name"], tuple(files), current))
+    return out
+
+
+def data_problems(recorded: dict[str, Any] | None, scenario: Scenario, task: Task) -> list[str]:
+    """The task's data or model fingerprint, if it differs from the record's."""
+    out = []
+    for entry in (recorded or {}).get("components", []):
+        fingerprint = entry.get("fingerprint")
+        if entry.get("kind") != "task" or not isinstance(fingerprint, dict):
+            continue
+        name = entry.get("name")
+        if fingerprint.get("data") != data_fingerprint(task):
+            out.append(f"task.name = {name!r}: its data differ from the data the run started on "
+                       "(the clients' or the test set's tensors changed)")
+        if fingerprint.get("model") != model_fingerprint(task):
+            out.append(f"task.name = {name!r}: its model architecture differs from the one the run started with")
+    return out
+
+
+def problems(recorded: dict[str, Any] | None, scenario: Scenario, task: Task | None) -> list[str]:
+    """Every difference between the record and the run rebuilt now (:func:`origin_problems`, the
+    code of :func:`code_changes`, :func:`data_problems`), one line each."""
+    out = origin_problems(recorded, scenario)
+    if recorded is not None and not out:
+        out += [c.describe() for c in code_changes(recorded, scenario)]
+    if task is not None:
+        out += data_problems(recorded, scenario, task)
+    return list(dict.fromkeys(out))
+
+
+def record_acceptance(path: Path, recorded: dict[str, Any], changes: list[CodeChange]) -> None:
+    """Write down, in ``components.json``, that the user resumed on changed code
+    (``--accept-changed-code``): each component's record takes the code of now, and
+    ``accepted_code_changes`` keeps, per resume, when, which component and which files (and the
+    digests the run started with)."""
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    data = dict(recorded)
+    components = [dict(e) for e in data["components"]]
+    log = list(data.get("accepted_code_changes", []))
+    for change in changes:
+        log.append({"when": when, "field": change.field, "name": change.name, "files": list(change.files),
+                    "was": components[change.index].get("code")})
+        components[change.index]["code"] = change.now
+    data["components"], data["accepted_code_changes"] = components, log
+    write_json(path / FILE, data)

@@ -210,7 +210,7 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
         status = summary.get("status")
     recorded = provenance.read(path)
     try:
-        scenario = scenario_mod.load(toml_path, run_dir=True)
+        scenario = scenario_mod.load(toml_path, run_dir=True, resume=True)
     except ScenarioError as exc:
         gone = provenance.missing(recorded)
         if gone:
@@ -224,44 +224,51 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
     return ResumePlan(path, scenario, status, state, recorded)
 
 
-async def resume_dir(
+@dataclass
+class ResumeReady:
+    """A resume that passed every check (:func:`prepare_resume`): the plan, the simulation built
+    and restored-to-be, the CSV prefixes to keep, and the code changes the user accepted."""
+
+    plan: ResumePlan
+    sim: Simulation
+    prefixes: dict[str, rundir.CsvPrefix]
+    accepted: list[provenance.CodeChange]
+
+
+def prepare_resume(
     path: str | Path,
     *,
-    on_event: Callable[[StepEvent], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
+    accept_changed_code: bool = False,
     simulation_kwargs: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Continue the run in ``path`` from its checkpoint (``asyncfl resume``).
-
-    Validates everything first (:func:`inspect_run_dir`) and only then cuts ``updates.csv`` and
-    ``metrics.csv`` back to the rows the checkpoint saw. Without a checkpoint (killed before the
-    first one) the run restarts from scratch in the same directory: its outputs are rewritten,
-    ``scenario.toml`` is kept. A completed run is left untouched; a diverged one is refused.
-    """
+) -> ResumeReady:
+    """Every check of ``asyncfl resume``, touching nothing: no lock file, no output, no temporary
+    is created, changed or removed (docs/run-directory.md §4). In order: the directory and its
+    files (:func:`inspect_run_dir`), that nobody holds its lock, the status, the components'
+    origins and code against ``components.json`` (before any of their code builds anything; code
+    that changed is refused unless ``accept_changed_code``), the simulation (memory, traces), the
+    task's data and model fingerprints, the checkpoint against the simulation and both CSV files.
+    Every refusal is a :class:`RunDirError` (exit 2); a completed run is :class:`AlreadyCompleted`."""
     if not Path(path).is_dir():
         inspect_run_dir(path)  # the message for a missing directory
-    with rundir.RunLock.acquire(path):  # held until the resumed run ends
-        plan = inspect_run_dir(path)
-        if plan.status == "completed":
-            raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
-        if plan.status in ("diverged", "stalled"):
-            raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
-        kwargs = simulation_kwargs or {}
-        if plan.scenario.run.tensorboard:
-            tensorboard.check_available()
-        if plan.checkpoint is None:
-            sim = Simulation(plan.scenario, **kwargs)  # refused (memory, traces) before a file is removed
-            _check_provenance(plan, sim)
-            _remove_temporaries(plan.path)
-            for name in OUTPUTS:
-                (plan.path / name).unlink(missing_ok=True)
-            writer = rundir.RunWriter(plan.path, metric_fields=metric_fields(sim))
-            return await _drive(sim, writer, on_event, should_stop)
-        ck = plan.checkpoint
-        sim = Simulation(plan.scenario, **kwargs)
-        _check_provenance(plan, sim)
+    plan = inspect_run_dir(path)
+    rundir.RunLock.check(plan.path)  # in use by another process: said before anything else
+    if plan.status == "completed":
+        raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
+    if plan.status in ("diverged", "stalled"):
+        raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
+    if plan.scenario.run.tensorboard:
+        tensorboard.check_available()
+    _refuse(plan, provenance.origin_problems(plan.components, plan.scenario))
+    changes = provenance.code_changes(plan.components, plan.scenario)
+    if changes and not accept_changed_code:
+        _refuse(plan, [c.describe() for c in changes],
+                "if you changed it on purpose, resume with --accept-changed-code (recorded in components.json)")
+    sim = Simulation(plan.scenario, **(simulation_kwargs or {}))  # refused (memory, traces) before a file is touched
+    _refuse(plan, provenance.data_problems(plan.components, plan.scenario, sim.task))
+    prefixes: dict[str, rundir.CsvPrefix] = {}
+    ck = plan.checkpoint
+    if ck is not None:
         problems = checkpoint.validate(ck, sim.state(), plan.scenario)
-        prefixes: dict[str, rundir.CsvPrefix] = {}
         if not problems:  # both CSV files checked before either is cut
             fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": metric_fields(sim)}
             for name in fields:
@@ -270,12 +277,40 @@ async def resume_dir(
         if problems:
             listed = "\n".join(f"  - {p}" for p in problems)
             raise CheckpointError(f"{ck.path}: does not fit {plan.path / 'scenario.toml'} and its run directory; nothing was changed:\n{listed}")
+    return ResumeReady(plan, sim, prefixes, changes)
+
+
+async def resume_prepared(
+    ready: ResumeReady,
+    *,
+    on_event: Callable[[StepEvent], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Continue a run :func:`prepare_resume` checked: take the lock (held until the resumed run
+    ends), make sure nothing changed since the checks, record accepted code changes, then cut
+    ``updates.csv`` and ``metrics.csv`` back to the checkpoint's rows and continue (or, without a
+    checkpoint, rewrite the outputs from scratch, ``scenario.toml`` kept)."""
+    plan, sim = ready.plan, ready.sim
+    with rundir.RunLock.acquire(plan.path):
+        again = inspect_run_dir(plan.path)
+        if again.status != plan.status or again.step != plan.step or (again.checkpoint is None) != (plan.checkpoint is None):
+            raise RunDirError(f"{plan.path}: changed while it was being checked (another resume?); nothing was changed")
+        if ready.accepted:
+            provenance.record_acceptance(plan.path, plan.components or {}, ready.accepted)
+        if plan.checkpoint is None:
+            _remove_temporaries(plan.path)
+            for name in OUTPUTS:
+                (plan.path / name).unlink(missing_ok=True)
+            writer = rundir.RunWriter(plan.path, metric_fields=metric_fields(sim))
+            return await _drive(sim, writer, on_event, should_stop)
+        ck = plan.checkpoint
         sim.restore(ck.state)
         _remove_temporaries(plan.path)
         resumed_from = ck.step
-        for name, prefix in prefixes.items():
+        for name, prefix in ready.prefixes.items():
             rundir.truncate(plan.path / name, prefix.size)
-        writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=prefixes, metric_fields=metric_fields(sim))
+        writer = rundir.RunWriter(plan.path, append=True, rows=ck.csv_rows, prefixes=ready.prefixes,
+                                  metric_fields=metric_fields(sim))
         writer.checkpoint_step = resumed_from
         sim.sink = writer
         if ck.fault is not None:  # killed between the divergence checkpoint and its summary
@@ -288,13 +323,31 @@ async def resume_dir(
         return await _drive(sim, writer, on_event, should_stop)
 
 
-def _check_provenance(plan: ResumePlan, sim: Simulation) -> None:
-    """Refuse to continue on other components, plug-in versions, data or model than the run
-    started with (``components.json``, :func:`asyncfl.run.provenance.problems`)."""
-    changed = provenance.problems(plan.components, plan.scenario, sim.task)
-    if changed:
+async def resume_dir(
+    path: str | Path,
+    *,
+    on_event: Callable[[StepEvent], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    simulation_kwargs: dict[str, Any] | None = None,
+    accept_changed_code: bool = False,
+) -> dict[str, Any]:
+    """Continue the run in ``path`` from its checkpoint (``asyncfl resume``): every check first,
+    touching nothing (:func:`prepare_resume`), then the resume (:func:`resume_prepared`). Without
+    a checkpoint (killed before the first one) the run restarts from scratch in the same
+    directory: its outputs are rewritten, ``scenario.toml`` is kept. A completed run is left
+    untouched; a diverged one is refused. ``accept_changed_code``: continue although a plug-in's
+    code changed since the run started (recorded in ``components.json``).
+    """
+    ready = prepare_resume(path, accept_changed_code=accept_changed_code, simulation_kwargs=simulation_kwargs)
+    return await resume_prepared(ready, on_event=on_event, should_stop=should_stop)
+
+
+def _refuse(plan: ResumePlan, problems: list[str], hint: str = "") -> None:
+    """Refuse to continue on other components, plug-in versions, code, data or model than the
+    run started with (``components.json``, :mod:`asyncfl.run.provenance`)."""
+    if problems:
         raise RunDirError(f"{plan.path}: the run cannot continue on what is installed now; nothing was changed:\n"
-                          + "\n".join(f"  - {p}" for p in changed))
+                          + "\n".join(f"  - {p}" for p in problems) + (f"\n{hint}" if hint else ""))
 
 
 def _remove_temporaries(path: Path) -> None:

@@ -131,7 +131,7 @@ class PseudoGradient(Algorithm):
         aggregate = self.aggregator.aggregate(step, updates, streams.noise)
         out = self.rule.direction(aggregate, state.rule)
         info = StepInfo(coefficients=out.coefficients, private_counts=aggregate.raw_counts)
-        return apply(theta, out.direction, self.lr), PseudoGradientState(out.state), info
+        return apply(theta, out.direction, self.lr, self.rule), PseudoGradientState(out.state), info
 
 
 class AlgorithmContext(NamedTuple):

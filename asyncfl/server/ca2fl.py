@@ -63,7 +63,7 @@ class CA2FL(PseudoGradient):
             cache_sum += u.message - cache[u.client]
             cache[u.client] = u.message
         info = StepInfo(coefficients=out.coefficients, private_counts=aggregate.raw_counts)
-        return apply(theta, out.direction, self.lr), CA2FLState(out.state, cache, cache_sum), info
+        return apply(theta, out.direction, self.lr, self.rule), CA2FLState(out.state, cache, cache_sum), info
 
 
 def build_ca2fl(cfg: None, ctx: AlgorithmContext) -> CA2FL:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 import numpy as np
 import torch
 
+from asyncfl.errors import ComponentError
 from asyncfl.server.aggregation import Aggregate
 
 
@@ -46,8 +47,18 @@ class ServerRule(Protocol):
     def direction(self, aggregate: Aggregate, state: Any) -> RuleOutput: ...
 
 
-def apply(theta: torch.Tensor, direction: torch.Tensor, lr: float) -> torch.Tensor:
-    """``θ_{t+1} = θ_t − η m_t`` (a new tensor: dispatched jobs keep the version they got)."""
+def apply(theta: torch.Tensor, direction: torch.Tensor, lr: float, rule: object = None) -> torch.Tensor:
+    """``θ_{t+1} = θ_t − η m_t`` (a new tensor: dispatched jobs keep the version they got).
+
+    The one place every rule's direction meets θ, so the one shape check: ``m_t`` must be a
+    tensor of θ's shape. Anything else — a scalar, which torch would silently broadcast over θ,
+    or a vector of another size — is a :class:`~asyncfl.errors.ComponentError` naming the rule
+    (``rule``, the rule object) and what it returned."""
+    if not isinstance(direction, torch.Tensor) or direction.shape != theta.shape:
+        got = f"a tensor of shape {tuple(direction.shape)}" if isinstance(direction, torch.Tensor) else f"a {type(direction).__name__}"
+        who = f"{type(rule).__module__}.{type(rule).__qualname__}" if rule is not None else "the server rule"
+        raise ComponentError(f"server.rule: {who}.direction returned {got} as the direction m_t; it must be a tensor of "
+                             f"θ's shape {tuple(theta.shape)} (docs/server-rules.md §1)")
     return theta - lr * direction
 
 
