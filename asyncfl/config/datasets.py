@@ -100,11 +100,11 @@ class DatasetTask(TaskSection):
         return [f"task.path = {str(root)!r}: not found there: {'; '.join(missing)} ({where})"]
 
 def _matches(root: Path, name: str) -> bool:
-    """``name`` exists under ``root`` (a trailing ``/*.json`` asks for a folder with a JSON file)."""
+    """``name`` exists under ``root`` (a trailing ``/*.json`` asks for a folder with a ``.json`` entry)."""
     if name.endswith("/*.json"):
         folder = root / name[: -len("/*.json")]
-        return folder.is_dir() and any(p.suffix == ".json" and p.is_file() for p in folder.iterdir())
-    return (root / name).is_file()
+        return folder.is_dir() and any(p.suffix == ".json" for p in folder.iterdir())
+    return (root / name).exists()  # the reader refuses, naming it, a name that is not a regular file
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,13 +268,24 @@ class MNISTTask(SplitTask):
         return {f"{part}_{xy}": f"emnist-{split}-{part}-{'images-idx3' if xy == 'x' else 'labels-idx1'}-ubyte"
                 for part in ("train", "test") for xy in ("x", "y")}
 
+    def file_alternatives(self) -> dict[str, tuple[str, ...]]:
+        """Each of the four files' accepted names, in the order they are looked for: the dashed
+        name of the original distribution (``train-images-idx3-ubyte``), then the dotted one of
+        Kaggle's copy and of PyPI packages (``train-images.idx3-ubyte``), each raw then gzipped."""
+        out = {}
+        for key, stem in self.file_stems().items():
+            dotted = stem.replace("-idx", ".idx")
+            out[key] = (stem, stem + ".gz", dotted, dotted + ".gz")
+        return out
+
     def expected_files(self) -> list[tuple[str, ...]]:
-        return [(stem, stem + ".gz") for stem in self.file_stems().values()]
+        return list(self.file_alternatives().values())
 
     def source(self) -> str:
         if self.variant == "mnist":
-            return ("MNIST (Yann LeCun's page, http://yann.lecun.com/exdb/mnist/, or a mirror): the four "
-                    "*-ubyte.gz files, gzipped or not, in one folder given as task.path")
+            return ("MNIST (Yann LeCun's page, http://yann.lecun.com/exdb/mnist/, or a mirror such as Kaggle's): the "
+                    "four IDX files, named train-images-idx3-ubyte or train-images.idx3-ubyte, gzipped or not, in one "
+                    "folder given as task.path")
         return ("EMNIST (https://www.nist.gov/itl/products-and-services/emnist-dataset, 'Binary format as the "
                 "original MNIST dataset', gzip.zip): extract it and give task.path = its gzip folder")
 
