@@ -157,7 +157,7 @@ class DataStream:
         """Every remaining byte (at most the budget; more is refused)."""
         parts = []
         while True:
-            data = self.read(1 << 20)
+            data = self.read(min(1 << 20, max(self.budget - self.delivered, 0) + 1))  # no larger buffer than needed
             if not data:
                 break
             parts.append(data)

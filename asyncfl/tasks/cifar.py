@@ -1,7 +1,8 @@
 """CIFAR-10 and CIFAR-100 from their python pickles (docs/tasks.md §15).
 
 Pixels ÷255, then standardised per channel with the training set's mean and standard deviation
-(float32, channel-major 3×32×32 flattened to 3072). The training set is split over the clients
+(float32, channel-major 3×32×32 flattened to 3072); a channel constant over the training set is
+centred and not scaled, with a note (:func:`channel_moments`). The training set is split over the clients
 by ``task.split`` (label-Dirichlet, default concentration 0.1, or shards) from the task's data
 stream; the data set's test set is the test set. Model: the small CIFAR CNN
 (:func:`asyncfl.tasks.models.cifar_cnn`).
@@ -34,12 +35,13 @@ def channel_moments(train: np.ndarray, where: Path | str = "the training set") -
     naming the channel and ``where`` — it usually means damaged or converted files."""
     t = train.reshape(len(train), 3, -1).astype(np.float32) / np.float32(255)
     mean, std = t.mean(axis=(0, 2)), t.std(axis=(0, 2))
-    flat = t.min(axis=(0, 2)) == t.max(axis=(0, 2))
+    low = t.min(axis=(0, 2))
+    flat = low == t.max(axis=(0, 2))
     if flat.any():
         names = ", ".join(f"{CHANNELS[c]} (every pixel {int(round(float(mean[c]) * 255))})" for c in np.flatnonzero(flat))
         log.warning("note: %s: the %s channel%s constant over all %d training images; centred and not scaled",
                     where, names, " is" if flat.sum() == 1 else "s are", len(train))
-        std = np.where(flat, np.float32(1), std)
+        mean, std = np.where(flat, low, mean), np.where(flat, np.float32(1), std)  # the exact constant, not a sum's
     return mean, std
 
 
