@@ -55,7 +55,7 @@ def build_array(buffer: Any, dtype: Any, shape: Any, fortran: bool = False) -> n
     claimed = math.prod(shape) * dtype.itemsize  # exact: a claimed size cannot wrap around
     if claimed != size:
         raise _Refused(f"an array claims shape {shape[:4]} of {dtype.name} ({claimed} bytes) but holds {size} bytes")
-    return np.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+    return np.frombuffer(memoryview(buffer), dtype=dtype).reshape(shape, order="F" if fortran else "C")
 
 
 class PendingArray:

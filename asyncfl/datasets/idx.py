@@ -23,7 +23,7 @@ import numpy as np
 from asyncfl.datasets.files import MAX_FILE_BYTES, DataStream, refuse
 
 #: IDX element type code → numpy big-endian dtype
-IDX_TYPES = {0x08: np.dtype(">u1"), 0x09: np.dtype(">i1"), 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+IDX_TYPES: dict[int, np.dtype] = {0x08: np.dtype(">u1"), 0x09: np.dtype(">i1"), 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
              0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
 
