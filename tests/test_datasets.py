@@ -24,7 +24,7 @@ from asyncfl.config.scenario import ClientConfig
 from asyncfl.compute.compose import local_train, train_batched
 from asyncfl.compute.training import LocalJob
 from asyncfl.datasets.cifar import read_cifar_batch
-from asyncfl.datasets.idx import parse_idx, read_idx_images, read_idx_labels
+from asyncfl.datasets.idx import read_idx, read_idx_images, read_idx_labels
 from asyncfl.datasets.leaf import LEAF_CHARACTERS, femnist_arrays, read_leaf, shakespeare_arrays
 from asyncfl.datasets.splits import shard_split, split_statistics
 from asyncfl.datasets.users import UserSelection, user_key
@@ -96,11 +96,11 @@ def test_leaf_refusals_name_the_file_and_the_problem(tmp_path):
     root = write_femnist(tmp_path / "f")
     bad = next((root / "train").glob("*.json"))
     doc = json.loads(bad.read_text())
-    doc["num_samples"][0] += 1
+    doc["user_data"][doc["users"][0]]["y"].append(0)
     bad.write_text(json.dumps(doc))
-    with pytest.raises(ScenarioError, match=rf"{bad.name}: user .*num_samples says"):
+    with pytest.raises(ScenarioError, match=rf"{bad.name}: user .*'x' holds \d+ samples and 'y' \d+ labels"):
         read_leaf(root, femnist_arrays, 2, seed=0)
-    doc["num_samples"][0] -= 1
+    doc["user_data"][doc["users"][0]]["y"].pop()
     doc["user_data"][doc["users"][0]]["x"][0] = [0.5] * 783
     bad.write_text(json.dumps(doc))
     with pytest.raises(ScenarioError, match=rf"{bad.name}: user .*784"):
@@ -185,7 +185,7 @@ def test_idx_refuses_a_bad_magic_type_or_length(tmp_path):
                              (good[:-1], r"IDX header says 2×28×28 uint8 elements \(1568 bytes\) but the file holds 1567")):
         path.write_bytes(content)
         with pytest.raises(ScenarioError, match=rf"{path.name}: {message}"):
-            parse_idx(path.read_bytes(), path)
+            read_idx(path)
     path.write_bytes(idx_bytes(np.zeros((2, 27, 27), np.uint8)))
     with pytest.raises(ScenarioError, match=r"expected uint8 images of 28×28 .* shape \(2, 27, 27\)"):
         read_idx_images(path)

@@ -198,6 +198,7 @@ TINY_TASKS = {
     "mnist": {"path": "{data}/mnist", "hidden": 8},
     "tff-emnist": {"path": "{data}/tff-emnist", "model": "mlp", "hidden": 8},
     "femnist-twin": {"users": 5, "model": "mlp", "hidden": 8},
+    "hf-images": {"path": "{data}/hf-cifar10", "image": "img", "classes": 10, "side": 32, "channels": 3},
 }
 
 
@@ -220,6 +221,8 @@ def test_every_task_builder_builds_its_config(name: str, dataset_folder: Path) -
 
     if name == "tff-emnist":
         pytest.importorskip("h5py")
+    if name == "hf-images":
+        pytest.importorskip("datasets")
     config = TASKS.config(name)
     assert config.model_fields["name"].default == name
     builder = TASKS.load(name)

@@ -46,7 +46,8 @@ def assert_same_task(a: Task, b: Task) -> None:
 def test_registry_covers_every_task_config() -> None:
     assert set(TASKS.names) == {"quadratic", "synthetic", "digits", "gaussian-mlp", "mnist1d",
                                 # read from disk, and the twin (tests/test_datasets.py)
-                                "femnist", "shakespeare", "cifar10", "cifar100", "mnist", "tff-emnist", "femnist-twin"}
+                                "femnist", "shakespeare", "cifar10", "cifar100", "mnist", "tff-emnist", "femnist-twin",
+                                "hf-images"}
 
 
 def test_unknown_task_name_is_a_scenario_error_listing_known_names() -> None:

@@ -117,6 +117,8 @@ COMPONENTS: tuple[Component, ...] = (
               summary="TensorFlow Federated's EMNIST HDF5 from task.path (h5py), one client per writer"),
     Component("task", "femnist-twin", "asyncfl.tasks.femnist_twin:build_femnist_twin", ds.FEMNISTTwinTask,
               summary="synthetic FEMNIST-shaped writers, generated offline"),
+    Component("task", "hf-images", "asyncfl.tasks.hf:build_hf_images", ds.HFImagesTask,
+              summary="Hugging Face datasets images (save_to_disk or parquet) from task.path, Flower Datasets' partitioners"),
 
     # -- latency models (docs/protocol.md §4) ---------------------------------------------------------
     _draw("constant", "value", lat.ConstantLatency),

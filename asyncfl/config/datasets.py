@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from asyncfl.config.base import PosFloat
 from asyncfl.config.tasks import TaskSection, _mlp_params
@@ -100,11 +100,13 @@ class DatasetTask(TaskSection):
         return [f"task.path = {str(root)!r}: not found there: {'; '.join(missing)} ({where})"]
 
 def _matches(root: Path, name: str) -> bool:
-    """``name`` exists under ``root`` (a trailing ``/*.json`` asks for a folder with a JSON file)."""
+    """``name`` exists under ``root`` (a trailing ``/*.json`` asks for a folder with a ``.json`` entry)."""
+    if name.startswith("**/"):
+        return any(p.is_file() for p in root.rglob(name[3:]))
     if name.endswith("/*.json"):
         folder = root / name[: -len("/*.json")]
-        return folder.is_dir() and any(p.suffix == ".json" and p.is_file() for p in folder.iterdir())
-    return (root / name).is_file()
+        return folder.is_dir() and any(p.suffix == ".json" for p in folder.iterdir())
+    return (root / name).exists()  # the reader refuses, naming it, a name that is not a regular file
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,13 +270,24 @@ class MNISTTask(SplitTask):
         return {f"{part}_{xy}": f"emnist-{split}-{part}-{'images-idx3' if xy == 'x' else 'labels-idx1'}-ubyte"
                 for part in ("train", "test") for xy in ("x", "y")}
 
+    def file_alternatives(self) -> dict[str, tuple[str, ...]]:
+        """Each of the four files' accepted names, in the order they are looked for: the dashed
+        name of the original distribution (``train-images-idx3-ubyte``), then the dotted one of
+        Kaggle's copy and of PyPI packages (``train-images.idx3-ubyte``), each raw then gzipped."""
+        out = {}
+        for key, stem in self.file_stems().items():
+            dotted = stem.replace("-idx", ".idx")
+            out[key] = (stem, stem + ".gz", dotted, dotted + ".gz")
+        return out
+
     def expected_files(self) -> list[tuple[str, ...]]:
-        return [(stem, stem + ".gz") for stem in self.file_stems().values()]
+        return list(self.file_alternatives().values())
 
     def source(self) -> str:
         if self.variant == "mnist":
-            return ("MNIST (Yann LeCun's page, http://yann.lecun.com/exdb/mnist/, or a mirror): the four "
-                    "*-ubyte.gz files, gzipped or not, in one folder given as task.path")
+            return ("MNIST (Yann LeCun's page, http://yann.lecun.com/exdb/mnist/, or a mirror such as Kaggle's): the "
+                    "four IDX files, named train-images-idx3-ubyte or train-images.idx3-ubyte, gzipped or not, in one "
+                    "folder given as task.path")
         return ("EMNIST (https://www.nist.gov/itl/products-and-services/emnist-dataset, 'Binary format as the "
                 "original MNIST dataset', gzip.zip): extract it and give task.path = its gzip folder")
 
@@ -340,6 +353,74 @@ class TFFEMNISTTask(DatasetTask):
 
 
 # ---------------------------------------------------------------------------------------------
+#: Flower Datasets' partitioners offered by ``hf-images`` (docs/tasks.md §20)
+HF_PARTITIONERS = ("natural-id", "iid", "dirichlet", "pathological", "shard")
+
+
+class HFImagesTask(DatasetTask):
+    """An image-classification data set as the Hugging Face ``datasets`` ecosystem ships it — a
+    ``save_to_disk`` folder or the hub's parquet files, e.g. FEMNIST (``flwrlabs/femnist``: 28×28
+    grey ``image``, ``writer_id``, ``character``; one split) or CIFAR-10 (``uoft-cs/cifar10``:
+    32×32×3 ``img``, ``label``; train and test) — partitioned over the clients by one of Flower
+    Datasets' partitioners with its seed (docs/tasks.md §20). Needs the optional ``datasets`` and
+    ``flwr-datasets`` (``pip install 'asyncfl[hf]'``)."""
+
+    name: Literal["hf-images"] = "hf-images"
+    path: str
+    image: Annotated[str, Field(min_length=1, max_length=200)] = "image"
+    label: Annotated[str, Field(min_length=1, max_length=200)] = "label"
+    classes: Annotated[int, Field(ge=2, le=100_000)] | None = None  # None: the label column's ClassLabel says
+    side: Literal[28, 32] = 28
+    channels: Literal[1, 3] = 1
+    model: Literal["cnn", "mlp"] = "cnn"
+    hidden: Annotated[int, Field(ge=1, le=100_000)] = 200
+    train_split: Annotated[str, Field(min_length=1, max_length=200)] = "train"
+    test_split: Annotated[str, Field(min_length=1, max_length=200)] = "test"
+    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    partitioner: Literal[HF_PARTITIONERS] = "iid"  # type: ignore[valid-type]
+    partition_by: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    alpha: PosFloat = 0.5
+    min_partition_size: Annotated[int, Field(ge=0, le=10**9)] = 10
+    self_balancing: bool = False
+    classes_per_partition: Annotated[int, Field(ge=1, le=100_000)] = 2
+    class_assignment: Literal["random", "deterministic", "first-deterministic"] = "random"
+    shards_per_partition: Annotated[int, Field(ge=1, le=100_000)] = 2
+    shuffle: bool = True
+    partition_seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 42
+
+    SOURCE: ClassVar[str] = ("the Hugging Face hub, fetched once on a machine with network (e.g. "
+                             "datasets.load_dataset('flwrlabs/femnist').save_to_disk(DIR), or the repository's "
+                             "parquet files), then task.path = DIR")
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "HFImagesTask":
+        if self.model == "cnn" and (self.side, self.channels) not in ((28, 1), (32, 3)):
+            raise ValueError(f"task.model = 'cnn' needs side = 28 with channels = 1 (LEAF's CNN) or side = 32 with "
+                             f"channels = 3 (the CIFAR CNN); found side = {self.side}, channels = {self.channels}")
+        if self.partitioner == "natural-id" and self.partition_by is None:
+            raise ValueError("task.partitioner = 'natural-id' needs task.partition_by, the column naming each "
+                             "sample's user (FEMNIST: 'writer_id')")
+        return self
+
+    def expected_files(self) -> list[tuple[str, ...]]:
+        return [("dataset_dict.json", "state.json", "**/*.parquet")]
+
+    def features(self) -> int:
+        return self.side * self.side * self.channels
+
+    def model_params(self) -> int:
+        """``d`` (0, unknown, until the data are read when ``classes`` is not given)."""
+        if self.classes is None:
+            return 0
+        if self.model == "cnn":
+            return leaf_cnn_params(self.classes) if self.channels == 1 else cifar_cnn_params(self.classes)
+        return _mlp_params([self.features(), self.hidden, self.hidden, self.classes])
+
+    def sample_bytes(self) -> int:
+        return self.features() * 4 + 8
+
+
+# ---------------------------------------------------------------------------------------------
 class FEMNISTTwinTask(FEMNISTShape):
     """A synthetic data set shaped like LEAF FEMNIST, generated offline (docs/tasks.md §18): 28×28
     images of 62 classes by ``users`` writers with FEMNIST's per-writer counts, each image a class
@@ -360,4 +441,5 @@ class FEMNISTTwinTask(FEMNISTShape):
         return ("population.clients", "task.model")
 
 
-DatasetTaskConfig = FEMNISTTask | ShakespeareTask | CIFAR10Task | CIFAR100Task | MNISTTask | TFFEMNISTTask | FEMNISTTwinTask
+DatasetTaskConfig = (FEMNISTTask | ShakespeareTask | CIFAR10Task | CIFAR100Task | MNISTTask | TFFEMNISTTask | FEMNISTTwinTask
+                     | HFImagesTask)

@@ -19,15 +19,16 @@ from asyncfl.tasks.datasets_common import classification_task, require_files, sp
 from asyncfl.tasks.models import image_model
 
 
-def _present(root: Path, stem: str) -> Path:
-    return root / stem if (root / stem).is_file() else root / f"{stem}.gz"
+def _present(root: Path, names: tuple[str, ...]) -> Path:
+    """The first of a file's accepted names (:meth:`MNISTTask.file_alternatives`) under ``root``."""
+    return next((root / n for n in names if (root / n).exists()), root / names[0])
 
 
 def build_mnist(cfg: MNISTTask, num_clients: int, seed: int) -> Task:
     """Build the mnist task (see module docstring)."""
     require_files(cfg)
     rng, torch_seed = task_streams(seed)
-    root, files, classes = Path(cfg.path).expanduser(), cfg.file_stems(), cfg.classes()
+    root, files, classes = Path(cfg.path).expanduser(), cfg.file_alternatives(), cfg.classes()
     emnist, offset = cfg.variant != "mnist", 1 if cfg.variant == "emnist-letters" else 0
     x = read_idx_images(_present(root, files["train_x"]), IMAGE_SIDE, transposed=emnist)
     y = read_idx_labels(_present(root, files["train_y"]), classes, offset)
@@ -43,6 +44,6 @@ def build_mnist(cfg: MNISTTask, num_clients: int, seed: int) -> Task:
                                batched=cfg.model == "mlp")
 
 
-def raise_mismatch(root: Path, files: dict[str, str], key: str, images: int, labels: int) -> None:
+def raise_mismatch(root: Path, files: dict[str, tuple[str, ...]], key: str, images: int, labels: int) -> None:
     raise refuse(_present(root, files[f"{key}_y"]), f"{labels} labels for the {images} images of "
                                                     f"{_present(root, files[f'{key}_x']).name}")
