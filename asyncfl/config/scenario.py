@@ -391,7 +391,7 @@ def _linked(component: Component, raw: Mapping[str, Any], parts: list[Component 
     if names is None:
         errors.append(f"{field}: required with {kind.field} = {component.name!r} ({usage})")
         return None
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
         errors.append(f"{field} = {_fmt(names)}: must be {usage}")
         return None
     problems: list[str] = []
@@ -408,8 +408,8 @@ def _linked(component: Component, raw: Mapping[str, Any], parts: list[Component 
         elif found.traits.links is not None:
             problems.append(f"{field}: {name!r} links others itself; a chain of chains is the chain of their links, "
                             f"so list those here")
-        elif names.count(name) > 1:
-            problems.append(f"{field}: {name!r} is listed {names.count(name)} times; each link appears once (its keys "
+        elif list(names).count(name) > 1:
+            problems.append(f"{field}: {name!r} is listed {list(names).count(name)} times; each link appears once (its keys "
                             f"sit in [{kind.section}] once)")
         else:
             links.append(found)
@@ -731,7 +731,7 @@ def _named(kind: Kind, raw: Mapping[str, Any]) -> tuple[Any, Any, set[str]]:
         return name, None, set()
     keys, table = set(found.keys), raw.get(kind.section)
     links = table.get(found.traits.links) if found.traits.links is not None and isinstance(table, Mapping) else None
-    for link in links if isinstance(links, list) else ():
+    for link in links if isinstance(links, (list, tuple)) else ():
         linked = _find(kind, link)
         keys |= set(linked.keys) if linked is not None else set()
     return name, links, keys
@@ -792,7 +792,7 @@ def apply_values(raw: dict[str, Any], values: list[tuple[str, Any]],
             del table[k]
         if dropped:
             what = (f"{kind.field} {old!r} → {new!r}" if old != new else
-                    f"{kind.section}.{_find(kind, new).traits.links} {_fmt(old_links)} → {_fmt(new_links)}")  # type: ignore[union-attr]
+                    f"{kind.section}.{_find(kind, new).traits.links} {_fmt(list(old_links or ()))} → {_fmt(list(new_links or ()))}")  # type: ignore[union-attr]
             why = f"({old} only)" if old != new else "(keys of links no longer listed)"
             notes.append(f"note: {what}: dropped the file's {', '.join(f'{kind.section}.{k}' for k in dropped)} {why}")
     for key, value in values:
