@@ -53,7 +53,7 @@ __all__ = [
     "LATENCIES", "TASKS", "SECTIONS", "TAGGED", "Scenario",
     # reading and validating
     "validate", "load", "apply_changes", "apply_values", "composed", "SELECTORS", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "file_keys",
-    "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "package_name_problem", "one_upload_per_client",
+    "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "unowned_key", "package_name_problem", "one_upload_per_client",
 ]
 
 
@@ -829,6 +829,21 @@ def drop_unowned(raw: dict[str, Any]) -> list[str]:
             del table[key]
             dropped.append(f"{section}.{key}")
     return dropped
+
+
+def unowned_key(raw: Mapping[str, Any], dotted: str) -> str | None:
+    """For ``section.key`` held by a raw scenario: the components that own it when none that the
+    scenario names does (nor the section itself) — ``server.clip_tau`` with ``rule = "momentum"``
+    is a key of ``'clip', 'clipped-momentum'`` — else None (owned here, a tagged section's key,
+    or a key nothing owns: validation names those)."""
+    section, _, key = dotted.partition(".")
+    kinds = SELECTORS.get(section)
+    if not kinds or not key or "." in key or key in SECTIONS[section].model_fields:
+        return None
+    if any(key in _named(kind, raw)[2] for kind in kinds):
+        return None
+    owners = [repr(c.name) for kind in kinds for c in REGISTRY.components(kind.name) if key in c.keys]
+    return ", ".join(owners) or None
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), unset: list[str] | tuple[str, ...] = (),
