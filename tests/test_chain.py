@@ -314,3 +314,21 @@ def test_the_example_scenario_runs_the_same_with_its_rule_written_as_a_chain(exa
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
+
+
+def test_the_run_records_each_links_origin_and_a_changed_one_is_named(tmp_path):
+    from asyncfl.run import provenance
+
+    scenario = make_scenario({**CHAIN, "run.steps": 3})
+    run_to_dir_blocking(scenario, tmp_path / "run")
+    recorded = provenance.read(tmp_path / "run")
+    (rule,) = [e for e in recorded["components"] if e["kind"] == "rule"]
+    assert rule["name"] == "chain" and [(link["field"], link["name"], link["origin"]["source"]) for link in rule["links"]] == [
+        ("server.chain", "clip", "builtin"), ("server.chain", "momentum", "builtin")]
+    assert provenance.problems(recorded, scenario, None) == []
+    rule["links"][1]["origin"] = {"source": "package", "module": "mylab", "package": "mylab", "version": "1.0"}
+    assert provenance.problems(recorded, scenario, None) == [
+        "server.chain link 'momentum': the run used it from package mylab 1.0, now it comes from built into asyncfl"]
+    rule["links"][1]["name"] = "nesterov"
+    assert provenance.problems(recorded, scenario, None) == [
+        "server.chain: the run linked ['clip', 'nesterov'], the scenario now links ['clip', 'momentum']"]

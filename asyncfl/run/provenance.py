@@ -68,6 +68,10 @@ def record(scenario: Scenario, task: Task) -> dict[str, Any]:
                                  "origin": component.origin.to_dict() if component.origin else {}}
         if kind == "task":
             entry["fingerprint"] = {"data": data_fingerprint(task), "model": model_fingerprint(task)}
+        if component.links:  # a chain's links, each with its origin (docs/server-rules.md §10)
+            field = f"{KINDS[kind].section}.{component.traits.links}"
+            entry["links"] = [{"field": field, "name": link.name, "origin": link.origin.to_dict() if link.origin else {}}
+                              for link in component.links]
         components.append(entry)
     return {"version": VERSION, "components": components}
 
@@ -100,14 +104,30 @@ def missing(recorded: dict[str, Any] | None) -> list[str]:
     (for a ``scenario.toml`` that no longer validates)."""
     out = []
     for entry in (recorded or {}).get("components", []):
-        try:
-            found = REGISTRY.find(entry["kind"], entry["name"])
-        except UnknownComponent:
-            found = None
-        if found is None:
-            out.append(f"{entry['field']} = {entry['name']!r} came from {_origin_text(entry.get('origin', {}))}, "
-                       "which is not installed or registered now")
+        for one in (entry, *_recorded_links(entry)):
+            try:
+                found = REGISTRY.find(entry["kind"], one["name"])
+            except UnknownComponent:
+                found = None
+            if found is None:
+                what = f"{one['field']} = {one['name']!r}" if one is entry else f"{one['field']} link {one['name']!r}"
+                out.append(f"{what} came from {_origin_text(one.get('origin', {}))}, which is not installed or registered now")
     return out
+
+
+def _recorded_links(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """A record entry's links (a chain's), each a table with a name; anything else is ignored."""
+    links = entry.get("links")
+    return [link for link in links if isinstance(link, dict) and isinstance(link.get("name"), str)] if isinstance(links, list) else []
+
+
+def _origin_problems(what: str, was: dict[str, Any], component: Any) -> list[str]:
+    """A component's origin now against the recorded one (a package's version too)."""
+    is_ = component.origin.to_dict() if component.origin else {}
+    keys = ("source", "package", "version") if was.get("source") != "builtin" else ("source",)
+    if any(was.get(k) != is_.get(k) for k in keys):
+        return [f"{what}: the run used it from {_origin_text(was)}, now it comes from {_origin_text(is_)}"]
+    return []
 
 
 def problems(recorded: dict[str, Any] | None, scenario: Scenario, task: Task | None) -> list[str]:
@@ -124,11 +144,14 @@ def problems(recorded: dict[str, Any] | None, scenario: Scenario, task: Task | N
             out.append(f"{entry.get('field')}: the run used {name!r}, the scenario now names "
                        f"{component.name if component else None!r}")
             continue
-        was, is_ = entry.get("origin", {}), component.origin.to_dict() if component.origin else {}
-        keys = ("source", "package", "version") if was.get("source") != "builtin" else ("source",)
-        if any(was.get(k) != is_.get(k) for k in keys):
-            out.append(f"{entry['field']} = {name!r}: the run used it from {_origin_text(was)}, "
-                       f"now it comes from {_origin_text(is_)}")
+        out.extend(_origin_problems(f"{entry['field']} = {name!r}", entry.get("origin", {}), component))
+        links = _recorded_links(entry)
+        if [link.get("name") for link in links] != [link.name for link in component.links] and links:
+            out.append(f"{links[0].get('field')}: the run linked {[link.get('name') for link in links]}, "
+                       f"the scenario now links {[link.name for link in component.links]}")
+        else:
+            for was_link, link in zip(links, component.links):
+                out.extend(_origin_problems(f"{was_link.get('field')} link {link.name!r}", was_link.get("origin", {}), link))
         fingerprint = entry.get("fingerprint")
         if fingerprint and task is not None:
             if fingerprint.get("data") != data_fingerprint(task):
