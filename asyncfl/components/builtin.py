@@ -159,7 +159,7 @@ COMPONENTS: tuple[Component, ...] = (
               LatencyTraits(mode="profiles", speeds_from="the FedScale device profiles", check=checks.check_fedscale_latency),
               summary="FedScale device profiles, fixed per client (not drawn)"),
 
-    # -- availability (docs/protocol.md §6) -----------------------------------------------------------
+    # -- availability (docs/protocol.md §5) -----------------------------------------------------------
     Component("availability", "always", "asyncfl.clients.availability:always", summary="every client always online"),
     Component("availability", "diurnal", "asyncfl.clients.availability:build_diurnal", DiurnalConfig,
               AvailabilityTraits(memory=_diurnal_memory), summary="online a fraction of every period, from a per-client phase"),

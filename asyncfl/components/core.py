@@ -15,7 +15,7 @@ a user's plug-ins are registered through the same path, :func:`asyncfl.component
   a :class:`Component` of that kind, is registered under that name.
 
 Each component remembers where it came from (:class:`Origin`: built-in, an installed package and
-its version, or a module), which the run directory records (docs/run-directory.md §2) and
+its version, or a module), which the run directory records (docs/run-directory.md §1.1) and
 ``asyncfl resume`` checks.
 
 Builders, config classes and traits are declared torch-free for the built-ins: a builder may be

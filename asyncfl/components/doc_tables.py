@@ -26,7 +26,7 @@ from asyncfl.components.traits import Traits
 WHERE: dict[str, str] = {
     "task": "[tasks](tasks.md)",
     "latency": "[protocol](protocol.md) §4",
-    "availability": "[protocol](protocol.md) §6",
+    "availability": "[protocol](protocol.md) §5",
     "protocol": "[protocol](protocol.md)",
     "algorithm": "[baselines](baselines.md), [async-optimisers](async-optimisers.md)",
     "rule": "[server rules](server-rules.md), [async-optimisers](async-optimisers.md)",

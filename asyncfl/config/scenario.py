@@ -63,7 +63,7 @@ class PopulationConfig(Section):
     """``clients`` (N); per-client speed multiplier ~ LogNormal(0, ``speed_sigma``), times
     ``slow_factor`` for ``round(slow_fraction × N)`` uniformly chosen clients (a bimodal fleet);
     ``availability`` names the availability model (a component: ``always``, ``diurnal``,
-    ``trace``, or a plug-in's), whose own keys join this section (docs/protocol.md §6)."""
+    ``trace``, or a plug-in's), whose own keys join this section (docs/protocol.md §5)."""
 
     clients: Annotated[int, Field(ge=1, le=10**8)] = 100
     speed_sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
