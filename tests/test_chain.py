@@ -245,6 +245,7 @@ def test_the_chain_memory_and_checks_are_its_links():
     ({"server.chain": "clip"}, "server.chain = 'clip': must be an array of server rule names"),
     ({"server.chain": []}, "server.chain = []: must be an array of server rule names"),
     ({"server.chain": None}, "server.chain: required with server.rule = 'chain'"),
+    ({"server.chain": ["sgd"] * 10**6}, "server.chain: 1000000 names; at most 16 links"),
     ({"server.rule": "momentum", "server.clip_tau": None}, "server.chain: unknown key"),
 ])
 def test_bad_chains_are_refused_naming_the_field(changes, message):

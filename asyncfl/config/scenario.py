@@ -40,6 +40,7 @@ from asyncfl.config.latency import (
 from asyncfl.components.core import KINDS, Component, Kind
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.config.registries import LATENCIES, TASKS
+from asyncfl.config.server import MAX_LINKS
 from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
 from asyncfl.errors import ScenarioError
 
@@ -394,6 +395,9 @@ def _linked(component: Component, raw: Mapping[str, Any], parts: list[Component 
     if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
         errors.append(f"{field} = {_fmt(names)}: must be {usage}")
         return None
+    if len(names) > MAX_LINKS:
+        errors.append(f"{field}: {len(names)} names; at most {MAX_LINKS} links")
+        return None
     problems: list[str] = []
     links: list[Component] = []
     allowed = [c.name for c in REGISTRY.components(kind.name) if c.traits.links is None]
@@ -731,7 +735,7 @@ def _named(kind: Kind, raw: Mapping[str, Any]) -> tuple[Any, Any, set[str]]:
         return name, None, set()
     keys, table = set(found.keys), raw.get(kind.section)
     links = table.get(found.traits.links) if found.traits.links is not None and isinstance(table, Mapping) else None
-    for link in links if isinstance(links, (list, tuple)) else ():
+    for link in links[:MAX_LINKS] if isinstance(links, (list, tuple)) else ():  # more are refused by validation
         linked = _find(kind, link)
         keys |= set(linked.keys) if linked is not None else set()
     return name, links, keys
