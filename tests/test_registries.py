@@ -108,11 +108,21 @@ def test_every_kind_has_one_table_and_every_builtin_builder_is_a_module_attribut
 
 
 # -- every name loads and has its kind's interface ----------------------------------------------
+def _rule_raw(name: str) -> dict:
+    """A scenario naming rule ``name``; a composite (``chain``) links ``momentum``."""
+    links = RULES.get(name).traits.links
+    return make_raw(**{"server.rule": name, **({f"server.{links}": ["momentum"]} if links else {})})
+
+
 @pytest.mark.parametrize("name", RULES.names)
 def test_every_rule_builds_from_its_own_config_and_steps(name: str) -> None:
     component = RULES.get(name)
-    cfg = None if component.config is None else component.config(
-        **({"ma_ridge": 0.0} if "ma_ridge" in component.config.model_fields else {}))
+    if component.traits.links is not None:  # a composite builds from a scenario's links (tests/test_chain.py)
+        scenario = sc.validate(_rule_raw(name))
+        component, cfg = scenario.component("rule"), scenario.config_of("rule")
+    else:
+        cfg = None if component.config is None else component.config(
+            **({"ma_ridge": 0.0} if "ma_ridge" in component.config.model_fields else {}))
     rule = component.builder()(cfg)
     assert callable(rule.init) and callable(rule.direction)
     theta = torch.zeros(4, dtype=torch.float64)
@@ -130,7 +140,9 @@ def test_make_rule_builds_the_named_component() -> None:
     from asyncfl.server.compose import make_rule
 
     for name in RULES.names:
-        assert type(make_rule(sc.validate(make_raw(**{"server.rule": name})))) is RULES.load(name).__self__
+        build = RULES.load(name)
+        made = make_rule(sc.validate(_rule_raw(name)))
+        assert type(made) is getattr(build, "__self__", type(made)) and type(made).__module__ == build.__module__
     with pytest.raises(ScenarioError, match="server.rule = 'rmsprop': unknown server rule.*Allowed: sgd, momentum"):
         sc.validate(make_raw(**{"server.rule": "rmsprop"}))
 
@@ -404,6 +416,8 @@ def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
         raw["population"]["availability_file"] = "asyncfl:fedscale_sample_availability.pkl"
     if field == "server.protocol" and name == "sync":
         raw["server"].pop("concurrency")
+    if field == "server.rule" and REGISTRY.get("rule", name).traits.links is not None:  # a composite lists its links
+        raw["server"][REGISTRY.get("rule", name).traits.links] = ["momentum"]
     if field == "server.algorithm" and name != "fedavg":
         raw["server"]["protocol"] = "sync"
         raw["server"].pop("concurrency")

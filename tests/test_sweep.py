@@ -413,3 +413,27 @@ def test_in_process_backend_reads_finished_runs_back(scenario_file, tmp_path):
     again = run_jobs(jobs, InProcess())
     assert [o.status for o in first] == ["completed"] * 2 and not any(o.reused for o in first)
     assert all(o.reused for o in again)
+
+
+def test_a_point_whose_rule_does_not_own_a_varied_key_drops_it_with_a_note(scenario_file, tmp_path, capsys):
+    """``--grid server.rule=momentum,clip --grid server.clip_tau=0.05,2`` (docs/extending.md §5):
+    the momentum points have no ``clip_tau``; they run without it (each equal to momentum run
+    alone), the clip points with it, and the sweep says so once. A varied key no component owns is
+    still refused."""
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(scenario_file), "--grid", "server.rule=momentum,clip", "--grid", "server.clip_tau=0.05,2",
+                 "--seeds", "0", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("server.clip_tau is a key of 'clip', which 2 of the 4 points do not name") == 1, err
+    rows = {r["name"]: r for r in csv.DictReader(open(out / "results.csv"))}
+    assert len(rows) == 4 and {r["status"] for r in rows.values()} == {"completed"}
+    for name, overrides in (("rule=momentum__clip_tau=2__seed=0", ["server.rule=momentum"]),
+                            ("rule=clip__clip_tau=0.05__seed=0", ["server.rule=clip", "server.clip_tau=0.05"])):
+        alone = tmp_path / "alone" / name
+        run_to_dir_blocking(scenario_mod.load(scenario_file, [*overrides, "seed=0"]), alone)
+        _same_run(alone, out / rows[name]["run_dir"])
+    a, b = (torch.load(out / rows[f"rule=clip__clip_tau={t}__seed=0"]["run_dir"] / "model.pt", weights_only=True) for t in ("0.05", "2"))
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # the clip points did use their τ
+    code = main(["sweep", str(scenario_file), "--grid", "server.rule=momentum,clip", "--grid", "server.clip_ta=1,2",
+                 "--out", str(tmp_path / "typo"), "--quiet"])
+    assert code == 2 and "server.clip_ta: unknown key" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from asyncfl.config.client import AdamSolverConfig, ClipHookConfig, LinearisedSo
 from asyncfl.config.population import DiurnalConfig, TraceAvailabilityConfig
 from asyncfl.config.privacy import BandedNoiseConfig, BLTNoiseConfig, ParticipationCapConfig
 from asyncfl.config.server import (
-    AdamConfig, DelayScaleConfig, FADASConfig, FedBuffConfig, FedDRConfig, FedPDConfig, MAFullConfig, MALightConfig,
+    AdamConfig, ChainConfig, ClipConfig, DelayScaleConfig, FADASConfig, FedBuffConfig, FedDRConfig, FedPDConfig, MAFullConfig, MALightConfig,
     MomentumConfig, SyncConfig,
 )
 
@@ -84,6 +84,32 @@ def _noise_memory(rows: Any) -> Any:
     return memory
 
 
+def _chain_traits(links: tuple[Component, ...]) -> RuleTraits:
+    """A chain's traits from its links' (docs/server-rules.md §10). The chain is linear in the
+    aggregates only if every link is; its weights are then the product of the links', so they
+    are one of ``bias.json``'s rows only when at most one link is not the identity (``own_bias =
+    "none"``): the chain takes that link's ``own_bias`` and ``target`` (or ``"none"``). A clip,
+    Adam, or two momentum links give ``own_bias = None``. It records the coefficients of the one
+    link that records them (two such links: none). Its checks and memory are its links', each on
+    its own keys."""
+    traits = [link.traits for link in links]
+    moving = [t for t in traits if t.own_bias != "none"]
+    linear = all(t.own_bias is not None for t in traits) and len(moving) <= 1
+    recorded = [t.coefficients for t in traits if t.coefficients is not None]
+    checks = [t.check for t in traits if t.check is not None]
+
+    def check(sc: Any) -> list[str]:
+        return [problem for each in checks for problem in each(sc)]
+
+    def memory(cfg: Any, shape: MemoryShape) -> tuple[MemoryPart, ...]:
+        return tuple(part for link in links for part in link.traits.memory(link.own_config(cfg), shape))
+
+    return RuleTraits(own_bias=(moving[0].own_bias if moving else "none") if linear else None,
+                      target=moving[0].target if linear and moving else "momentum",
+                      coefficients=recorded[0] if len(recorded) == 1 else None,
+                      check=check if checks else None, memory=memory)
+
+
 def _task(name: str, module: str, summary: str, config: type, **traits: Any) -> Component:
     return Component("task", name, f"asyncfl.tasks.{module}:build_{module}", config, TaskTraits(**traits), summary=summary)
 
@@ -135,7 +161,7 @@ COMPONENTS: tuple[Component, ...] = (
               LatencyTraits(mode="profiles", speeds_from="the FedScale device profiles", check=checks.check_fedscale_latency),
               summary="FedScale device profiles, fixed per client (not drawn)"),
 
-    # -- availability (docs/protocol.md §6) -----------------------------------------------------------
+    # -- availability (docs/protocol.md §5) -----------------------------------------------------------
     Component("availability", "always", "asyncfl.clients.availability:always", summary="every client always online"),
     Component("availability", "diurnal", "asyncfl.clients.availability:build_diurnal", DiurnalConfig,
               AvailabilityTraits(memory=_diurnal_memory), summary="online a fraction of every period, from a per-client phase"),
@@ -178,6 +204,12 @@ COMPONENTS: tuple[Component, ...] = (
     Component("rule", "fadas", "asyncfl.server.async_rules:FADAS.from_config", FADASConfig,
               RuleTraits(own_bias=None), state=("asyncfl.server.async_rules:AMSGradState",),
               summary="FADAS: AMSGrad on r_t with the delay-adaptive step"),
+
+    Component("rule", "clip", "asyncfl.server.chain:Clip.from_config", ClipConfig, RuleTraits(own_bias=None),
+              state=("asyncfl.server.rules:EmptyState",), summary="m_t = r_t · min(1, τ/‖r_t‖): the global-norm clip"),
+    Component("rule", "chain", "asyncfl.server.chain:build_chain", ChainConfig,
+              RuleTraits(links="chain", combine=_chain_traits), state=("asyncfl.server.chain:ChainState",),
+              summary="the rules server.chain lists, applied in order (clip, then momentum, …)"),
 
     # -- server algorithms (docs/baselines.md) --------------------------------------------------------
     Component("algorithm", "fedavg", "asyncfl.server.algorithms:build_pseudo_gradient", None, AlgorithmTraits(mu="zero"),

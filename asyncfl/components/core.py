@@ -27,8 +27,10 @@ or printing ``--help`` imports no implementation.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import pydantic
 
 from asyncfl.components import traits as tr
 from asyncfl.config.base import Section
@@ -119,7 +121,9 @@ class Component:
     ``config``: a :class:`asyncfl.config.base.Section` subclass holding the keys it owns (None: no
     keys); ``traits``: an instance of ``KINDS[kind].traits`` (default: all defaults);
     ``state``: the state types it checkpoints (NamedTuples, or ``"module:attribute"``);
-    ``summary``: one line for listings."""
+    ``summary``: one line for listings. ``links``: for a composite (``traits.links``, e.g. the
+    rule ``chain``) as a scenario names it, the components it links, in order (:meth:`linked`);
+    empty as registered."""
 
     kind: str
     name: str
@@ -129,6 +133,7 @@ class Component:
     state: tuple[Any, ...] = ()
     summary: str = ""
     origin: Origin | None = field(default=None, compare=False)
+    links: tuple["Component", ...] = ()
 
     def __post_init__(self) -> None:
         kind = KINDS.get(self.kind)
@@ -144,6 +149,8 @@ class Component:
             raise ValueError(f"{kind.label} {self.name!r}: a {kind.label} owns its whole [{kind.section}] section: give its config class")
         if self.config is not None:
             _check_config(self, kind)
+        if self.traits.links is not None:
+            _check_composite(self, kind)
 
     @property
     def kind_info(self) -> Kind:
@@ -164,12 +171,24 @@ class Component:
         return tuple(_resolve(t) if isinstance(t, str) else t for t in self.state)
 
     def own_config(self, section: Any) -> Any:
-        """This component's config, taken from the scenario section that holds its keys."""
+        """This component's config, taken from the scenario section that holds its keys. A
+        linked composite's config holds its own keys and every link's, and names the links
+        (``cfg.links``), so its builder builds each link from ``link.own_config(cfg)``."""
         if self.config is None:
             return None
         if type(section) is self.config:  # a whole section (task, latency); a composed one only derives from it
             return section
-        return self.config.model_validate({k: getattr(section, k) for k in self.config.model_fields})
+        cls = _linked_config(self.config, self.links) if self.links else self.config
+        return cls.model_validate({k: getattr(section, k) for k in cls.model_fields})
+
+    def linked(self, links: tuple["Component", ...]) -> "Component":
+        """This composite with its links (registered components of its kind, in order): its
+        traits derived from theirs by ``traits.combine`` (docs/server-rules.md §10), its config
+        holding their keys (:meth:`own_config`)."""
+        traits = self.traits
+        if traits.combine is not None:
+            traits = replace(traits.combine(tuple(links)), links=traits.links, combine=traits.combine)
+        return replace(self, traits=traits, links=tuple(links))
 
 
 def _check_config(component: Component, kind: Kind) -> None:
@@ -180,6 +199,32 @@ def _check_config(component: Component, kind: Kind) -> None:
         tag = cls.model_fields.get(kind.key)
         if tag is None or tag.default != component.name:
             raise ValueError(f"{kind.label} {component.name!r}: its config class must have {kind.key} = {component.name!r}")
+
+
+def _check_composite(component: Component, kind: Kind) -> None:
+    key = component.traits.links
+    if kind.whole_section:
+        raise ValueError(f"{kind.label} {component.name!r}: a {kind.label} owns its whole [{kind.section}] section and cannot link others")
+    if component.config is None or key not in component.config.model_fields:
+        raise ValueError(f"{kind.label} {component.name!r}: traits.links = {key!r} must name a key of its config class")
+
+
+_LINKED: dict[tuple[Any, ...], type] = {}
+
+
+def _linked_config(config: type, links: tuple[Component, ...]) -> type:
+    """The config class of a composite linked to ``links``: its own config class merged with each
+    link's (made once per combination); the class names the links (``links``, a class attribute,
+    not a scenario key)."""
+    key = (config, links)
+    cls = _LINKED.get(key)
+    if cls is None:
+        parts = tuple(dict.fromkeys(c for c in (config, *(link.config for link in links)) if c is not None))
+        cls = pydantic.create_model(f"{config.__name__}[{', '.join(link.name for link in links)}]",
+                                    __base__=tuple(reversed(parts)))
+        cls.links = links  # type: ignore[attr-defined]
+        _LINKED[key] = cls
+    return cls
 
 
 def _resolve(target: str) -> Any:

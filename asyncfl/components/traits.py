@@ -52,10 +52,20 @@ NoMemory: Callable[[Any, MemoryShape], tuple[MemoryPart, ...]] = lambda cfg, sha
 class Traits:
     """Base of every kind's traits: cross-checks of the component against the whole scenario
     (``check(scenario) -> [problem, …]``, each naming the keys involved, docs/scenario.md §3), and
-    its memory beyond what the engine counts (``memory(cfg, shape) -> (MemoryPart, …)``)."""
+    its memory beyond what the engine counts (``memory(cfg, shape) -> (MemoryPart, …)``).
+
+    ``links`` and ``combine`` make a component a composite, such as the rule ``chain``
+    (docs/server-rules.md §10): ``links`` names the key of its config that lists other components
+    of its kind (``server.chain = ["clip", "momentum"]``), whose keys then join the section;
+    ``combine(links) -> traits`` derives the composite's traits from those components."""
 
     check: Callable[["Scenario"], list[str]] | None = None
     memory: Callable[[Any, MemoryShape], tuple[MemoryPart, ...]] = NoMemory
+    # a composite (docs/extending.md §1): the key of its own config that lists components of its
+    # own kind, its links, whose keys join the section as if each were named; ``combine(links)``
+    # gives the composite's traits from its links (each an asyncfl.Component)
+    links: str | None = None
+    combine: Callable[[tuple[Any, ...]], "Traits"] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The ``[population]`` keys each availability model owns (docs/protocol.md §6). Torch-free."""
+"""The ``[population]`` keys each availability model owns (docs/protocol.md §5). Torch-free."""
 
 from __future__ import annotations
 

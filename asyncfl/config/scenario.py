@@ -41,6 +41,7 @@ from asyncfl.components import allow
 from asyncfl.components.core import KINDS, Component, Kind
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.config.registries import LATENCIES, TASKS
+from asyncfl.config.server import MAX_LINKS
 from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
 from asyncfl.errors import ScenarioError
 
@@ -54,7 +55,7 @@ __all__ = [
     "LATENCIES", "TASKS", "SECTIONS", "TAGGED", "Scenario",
     # reading and validating
     "validate", "load", "apply_changes", "apply_values", "composed", "SELECTORS", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "file_keys",
-    "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "package_name_problem", "one_upload_per_client",
+    "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "unowned_key", "package_name_problem", "one_upload_per_client",
 ]
 
 
@@ -64,7 +65,7 @@ class PopulationConfig(Section):
     """``clients`` (N); per-client speed multiplier ~ LogNormal(0, ``speed_sigma``), times
     ``slow_factor`` for ``round(slow_fraction × N)`` uniformly chosen clients (a bimodal fleet);
     ``availability`` names the availability model (a component: ``always``, ``diurnal``,
-    ``trace``, or a plug-in's), whose own keys join this section (docs/protocol.md §6)."""
+    ``trace``, or a plug-in's), whose own keys join this section (docs/protocol.md §5)."""
 
     clients: Annotated[int, Field(ge=1, le=10**8)] = 100
     speed_sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
@@ -209,9 +210,13 @@ class Scenario:
     privacy: PrivacyConfig
 
     def component(self, kind: str) -> Component:
-        """The component of ``kind`` this scenario names (``sc.component("rule")``)."""
+        """The component of ``kind`` this scenario names (``sc.component("rule")``); a composite
+        (the rule ``chain``) linked to the components its section lists (``server.chain``)."""
         info = KINDS[kind]
-        return REGISTRY.get(kind, getattr(getattr(self, info.section), info.key))
+        section = getattr(self, info.section)
+        found = REGISTRY.get(kind, getattr(section, info.key))
+        key = found.traits.links
+        return found if key is None else found.linked(tuple(REGISTRY.get(kind, n) for n in getattr(section, key)))
 
     def config_of(self, kind: str) -> Any:
         """The own config of the component of ``kind`` (None when it has no keys)."""
@@ -268,9 +273,10 @@ def describe_errors(
     return out
 
 
-def _owners(section: str, key: str) -> str:
+def _owners(section: str, key: str, named: tuple[Component, ...] = ()) -> str:
     """`` (a key of server.rule = 'adam', 'ma-full')``: the components of the section's kinds that
-    own ``key``, for an unknown key (it belongs to a component the scenario does not name)."""
+    own ``key``, for an unknown key (it belongs to a component the scenario does not name); when
+    the section names a composite of that kind (``named``), how to link one."""
     kinds = SELECTORS.get(section, ())
     found = [(kind, c.name) for kind in kinds for c in REGISTRY.components(kind.name) if key in c.keys]
     if not found:
@@ -278,10 +284,13 @@ def _owners(section: str, key: str) -> str:
     by_field: dict[str, list[str]] = {}
     for kind, name in found:
         by_field.setdefault(kind.field, []).append(repr(name))
-    return " (" + "; ".join(f"a key of {field} = {', '.join(names)}" for field, names in by_field.items()) + ")"
+    links = [f"{section}.{c.traits.links}" for c in named if c.traits.links is not None and c.kind_info.field in by_field]
+    either = f": list it in {' or '.join(links)} to link it" if links else ""
+    return " (" + "; ".join(f"a key of {field} = {', '.join(names)}" for field, names in by_field.items()) + either + ")"
 
 
-def _validate_section(cls: type[Section], raw: Any, prefix: str, errors: list[str]) -> Section | None:
+def _validate_section(cls: type[Section], raw: Any, prefix: str, errors: list[str],
+                      named: tuple[Component, ...] = ()) -> Section | None:
     if not isinstance(raw, Mapping):
         errors.append(f"{prefix} = {_fmt(raw)}: must be a table ([{prefix}])")
         return None
@@ -290,7 +299,7 @@ def _validate_section(cls: type[Section], raw: Any, prefix: str, errors: list[st
     except ValidationError as exc:
         errors.extend(describe_errors(
             exc, lambda loc: ".".join(str(p) for p in (prefix, *loc) if p != ""),
-            lambda loc: list(cls.model_fields), lambda loc: _owners(prefix, str(loc[-1])),
+            lambda loc: list(cls.model_fields), lambda loc: _owners(prefix, str(loc[-1]), named),
         ))
         return None
 
@@ -357,12 +366,70 @@ def _validate_base(section: str, raw: Any, errors: list[str]) -> Section | None:
     parts = [_selected(kind, raw, errors) for kind in SELECTORS[section]]
     if any(p is None for p in parts):
         return None
+    parts = [_linked(p, raw, parts, errors) for p in parts if p is not None]
+    if any(p is None for p in parts):
+        return None
     try:
-        cls = composed(section, tuple(p for p in parts if p is not None))
+        cls = composed(section, tuple(c for p in parts if p is not None for c in (p, *p.links)))
     except ScenarioError as exc:
         errors.extend(exc.problems)
         return None
-    return _validate_section(cls, raw, section, errors)
+    return _validate_section(cls, raw, section, errors, tuple(p for p in parts if p is not None))
+
+
+def _linked(component: Component, raw: Mapping[str, Any], parts: list[Component | None],
+            errors: list[str]) -> Component | None:
+    """``component`` linked to the components its raw section lists when it is a composite
+    (``traits.links``: ``server.chain = ["clip", "momentum"]``), else itself. Refused, naming the
+    field: a value that is not an array of names, an unknown name, a composite as a link (a chain
+    of chains is the chain of their links: list those), a name twice, and a key two links (or a
+    link and the section) both declare."""
+    key = component.traits.links
+    if key is None:
+        return component
+    kind = component.kind_info
+    field, names = f"{kind.section}.{key}", raw.get(key)
+    usage = f"an array of {kind.label} names applied in order, e.g. [\"clip\", \"momentum\"]"
+    if names is None:
+        errors.append(f"{field}: required with {kind.field} = {component.name!r} ({usage})")
+        return None
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        errors.append(f"{field} = {_fmt(names)}: must be {usage}")
+        return None
+    if len(names) > MAX_LINKS:
+        errors.append(f"{field}: {len(names)} names; at most {MAX_LINKS} links")
+        return None
+    problems: list[str] = []
+    links: list[Component] = []
+    allowed = [c.name for c in REGISTRY.components(kind.name) if c.traits.links is None]
+    for name in names:
+        try:
+            found = REGISTRY.find(kind.name, name)
+        except UnknownComponent as exc:
+            problems.append(f"{field}: {exc}")
+            continue
+        if found is None:
+            problems.append(f"{field}: unknown {kind.label} {name!r}{_suggest(name, allowed)}")
+        elif found.traits.links is not None:
+            problems.append(f"{field}: {name!r} links others itself; a chain of chains is the chain of their links, "
+                            f"so list those here")
+        elif list(names).count(name) > 1:
+            problems.append(f"{field}: {name!r} is listed {list(names).count(name)} times; each link appears once (its keys "
+                            f"sit in [{kind.section}] once)")
+        else:
+            links.append(found)
+    seen = {f: f"[{kind.section}]" for f in SECTIONS[kind.section].model_fields}
+    for c in (*(p for p in parts if p is not None), *links):
+        label = f"the link {c.name!r} of {field}" if c in links else f"{c.kind_info.field} = {c.name!r}"
+        for f in c.keys:
+            if f in seen and seen[f] != label:
+                problems.append(f"{kind.section}.{f}: declared by both {seen[f]} and {label}; links must not share a "
+                                "key with each other or with the section")
+            seen.setdefault(f, label)
+    if problems:
+        errors.extend(dict.fromkeys(problems))
+        return None
+    return component.linked(tuple(links))
 
 
 def _validate_tagged(section: str, raw: Any, errors: list[str]) -> Section | None:
@@ -681,9 +748,19 @@ def _find(kind: Kind, name: Any) -> Component | None:
         return None
 
 
-def _own_keys(kind: Kind, name: Any) -> set[str]:
+def _named(kind: Kind, raw: Mapping[str, Any]) -> tuple[Any, Any, set[str]]:
+    """What a raw scenario names for ``kind``: the component's name, its links as listed (a
+    composite's, else None) and the keys they own."""
+    name = _tag_of(kind, raw)
     found = _find(kind, name)
-    return set(found.keys) if found is not None else set()
+    if found is None:
+        return name, None, set()
+    keys, table = set(found.keys), raw.get(kind.section)
+    links = table.get(found.traits.links) if found.traits.links is not None and isinstance(table, Mapping) else None
+    for link in links[:MAX_LINKS] if isinstance(links, (list, tuple)) else ():  # more are refused by validation
+        linked = _find(kind, link)
+        keys |= set(linked.keys) if linked is not None else set()
+    return name, links, keys
 
 
 def apply_changes(raw: dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
@@ -714,24 +791,25 @@ def apply_values(raw: dict[str, Any], values: list[tuple[str, Any]],
             errors.append(f"--unset {key}: the scenario file has no such key")
     if errors:
         raise ScenarioError(errors)
-    before = {kind.name: _tag_of(kind, raw) for kind in KINDS.values()}
+    before = {kind.name: _named(kind, raw) for kind in KINDS.values()}
     for key in unset:
         parts = key.split(".")
         node = raw
         for part in parts[:-1]:
             node = node[part]
         del node[parts[-1]]
-    after = {kind.name: _tag_of(kind, raw) for kind in KINDS.values()}
+    view = {section: dict(table) for section, table in raw.items() if isinstance(table, dict)}  # the sections as set
     for key, value in values:
-        for kind in KINDS.values():
-            if key == kind.field:
-                after[kind.name] = value
+        section, _, rest = key.partition(".")
+        if section in view and rest and "." not in rest:
+            view[section][rest] = value
+    after = {kind.name: _named(kind, view) for kind in KINDS.values()}
     notes = []
     for kind in KINDS.values():
-        old, new, table = before[kind.name], after[kind.name], raw.get(kind.section)
-        if old == new or not isinstance(table, dict):
+        (old, old_links, old_keys), (new, new_links, new_keys) = before[kind.name], after[kind.name]
+        table = raw.get(kind.section)
+        if (old, old_links) == (new, new_links) or not isinstance(table, dict):
             continue
-        old_keys, new_keys = _own_keys(kind, old), _own_keys(kind, new)
         if not old_keys or (not new_keys and _find(kind, new) is None):
             continue
         keep = set() if kind.whole_section else set(SECTIONS[kind.section].model_fields)
@@ -739,8 +817,10 @@ def apply_values(raw: dict[str, Any], values: list[tuple[str, Any]],
         for k in dropped:
             del table[k]
         if dropped:
-            notes.append(f"note: {kind.field} {old!r} → {new!r}: dropped the file's "
-                         f"{', '.join(f'{kind.section}.{k}' for k in dropped)} ({old} only)")
+            what = (f"{kind.field} {old!r} → {new!r}" if old != new else
+                    f"{kind.section}.{_find(kind, new).traits.links} {_fmt(list(old_links or ()))} → {_fmt(list(new_links or ()))}")  # type: ignore[union-attr]
+            why = f"({old} only)" if old != new else "(keys of links no longer listed)"
+            notes.append(f"note: {what}: dropped the file's {', '.join(f'{kind.section}.{k}' for k in dropped)} {why}")
     for key, value in values:
         assign(raw, key, value)
     return notes
@@ -769,16 +849,27 @@ def drop_unowned(raw: dict[str, Any]) -> list[str]:
         named: set[str] = set(SECTIONS[section].model_fields)
         others: set[str] = set()
         for kind in kinds:
-            try:
-                selected = REGISTRY.find(kind.name, table.get(kind.key, kind.default))
-            except UnknownComponent:
-                selected = None
-            named |= set(selected.keys) if selected is not None else set()
+            named |= _named(kind, raw)[2]  # a composite's links' keys included
             others |= {k for c in REGISTRY.components(kind.name) for k in c.keys}
         for key in [k for k in table if k in others - named]:
             del table[key]
             dropped.append(f"{section}.{key}")
     return dropped
+
+
+def unowned_key(raw: Mapping[str, Any], dotted: str) -> str | None:
+    """For ``section.key`` held by a raw scenario: the components that own it when none that the
+    scenario names does (nor the section itself) — ``server.clip_tau`` with ``rule = "momentum"``
+    is a key of ``'clip', 'clipped-momentum'`` — else None (owned here, a tagged section's key,
+    or a key nothing owns: validation names those)."""
+    section, _, key = dotted.partition(".")
+    kinds = SELECTORS.get(section)
+    if not kinds or not key or "." in key or key in SECTIONS[section].model_fields:
+        return None
+    if any(key in _named(kind, raw)[2] for kind in kinds):
+        return None
+    owners = [repr(c.name) for kind in kinds for c in REGISTRY.components(kind.name) if key in c.keys]
+    return ", ".join(owners) or None
 
 
 def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), unset: list[str] | tuple[str, ...] = (),

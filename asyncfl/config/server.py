@@ -4,7 +4,8 @@
 ``buffer``, ``staleness_exponent``, ``max_staleness``: :class:`asyncfl.config.scenario.ServerConfig`)
 and the keys of the components it names, each declared by its component here: FedBuff's
 ``concurrency``, sync's ``cohort``, the momentum rules' ``beta``, Adam's moments, MA's target,
-ridge and window, the delay-adaptive rules' threshold and κ, FADAS's moments, FedDR's ``alpha``,
+ridge and window, the delay-adaptive rules' threshold and κ, FADAS's moments, the clip's τ, the
+chain's links, FedDR's ``alpha``,
 regulariser, diagnostics and schedule, FedPD's skip probability. A key of a
 component the scenario does not name is refused (``server.adam_eps`` with ``rule = "sgd"``).
 Torch-free.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from asyncfl.config.base import NonNegFloat, PosFloat, Section
 
@@ -84,6 +85,29 @@ class FADASConfig(DelayScaleConfig):
     fadas_beta2: Beta = 0.99
     fadas_eps: PosFloat = 1e-8
     delay_adaptive: bool = True
+
+
+class ClipConfig(Section):
+    """The global-norm clip of the aggregate (docs/server-rules.md §10): ``clip_tau`` = τ, the
+    largest norm a direction leaves the clip with."""
+
+    clip_tau: PosFloat = 1.0
+
+
+MAX_LINKS = 16
+
+
+class ChainConfig(Section):
+    """A chain of rules (docs/server-rules.md §10): ``chain`` lists the links, registered rules
+    applied in order, each to the direction of the one before; each link's own keys join
+    ``[server]`` as if the link were named."""
+
+    chain: Annotated[tuple[str, ...], Field(min_length=1, max_length=MAX_LINKS)]
+
+    @field_validator("chain", mode="before")
+    @classmethod
+    def _from_array(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value  # a TOML array
 
 
 # -- algorithms (docs/baselines.md) ----------------------------------------------------------------

@@ -75,6 +75,10 @@ def record(scenario: Scenario, task: Task) -> dict[str, Any]:
                                  "code": code_record(component.origin)}
         if kind == "task":
             entry["fingerprint"] = {"data": data_fingerprint(task), "model": model_fingerprint(task)}
+        if component.links:  # a chain's links, each with its origin and code (docs/server-rules.md §10)
+            field = f"{KINDS[kind].section}.{component.traits.links}"
+            entry["links"] = [{"field": field, "name": link.name, "origin": link.origin.to_dict() if link.origin else {},
+                               "code": code_record(link.origin)} for link in component.links]
         components.append(entry)
     return {"version": VERSION, "components": components}
 
@@ -114,14 +118,31 @@ def missing(recorded: dict[str, Any] | None) -> list[str]:
         if entry["kind"] not in KINDS:
             out.append(f"{entry['field']} = {entry['name']!r}: a kind of component this asyncfl does not have ({entry['kind']!r})")
             continue
-        why = "which is not installed or registered now"
-        try:
-            found = REGISTRY.find(entry["kind"], entry["name"])
-        except UnknownComponent as exc:
-            found, why = None, f"and cannot be used now: {exc}"
-        if found is None:
-            out.append(f"{entry['field']} = {entry['name']!r} came from {_origin_text(entry.get('origin', {}))}, {why}")
+        for one in (entry, *_recorded_links(entry)):
+            why = "which is not installed or registered now"
+            try:
+                found = REGISTRY.find(entry["kind"], one["name"])
+            except UnknownComponent as exc:
+                found, why = None, f"and cannot be used now: {exc}"
+            if found is None:
+                what = f"{one['field']} = {one['name']!r}" if one is entry else f"{one['field']} link {one['name']!r}"
+                out.append(f"{what} came from {_origin_text(one.get('origin', {}))}, {why}")
     return out
+
+
+def _recorded_links(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """A record entry's links (a chain's), each a table with a name; anything else is ignored."""
+    links = entry.get("links")
+    return [link for link in links if isinstance(link, dict) and isinstance(link.get("name"), str)] if isinstance(links, list) else []
+
+
+def _origin_problems(what: str, was: dict[str, Any], component: Any) -> list[str]:
+    """A component's origin now against the recorded one (a package's version too)."""
+    is_ = component.origin.to_dict() if component.origin else {}
+    keys = ("source", "package", "version") if was.get("source") != "builtin" else ("source",)
+    if any(was.get(k) != is_.get(k) for k in keys):
+        return [f"{what}: the run used it from {_origin_text(was)}, now it comes from {_origin_text(is_)}"]
+    return []
 
 
 def origin_problems(recorded: dict[str, Any] | None, scenario: Scenario) -> list[str]:
@@ -138,20 +159,24 @@ def origin_problems(recorded: dict[str, Any] | None, scenario: Scenario) -> list
             out.append(f"{entry.get('field')}: the run used {name!r}, the scenario now names "
                        f"{component.name if component else None!r}")
             continue
-        was, is_ = entry.get("origin", {}), component.origin.to_dict() if component.origin else {}
-        keys = ("source", "package", "version") if was.get("source") != "builtin" else ("source",)
-        if any(was.get(k) != is_.get(k) for k in keys):
-            out.append(f"{entry['field']} = {name!r}: the run used it from {_origin_text(was)}, "
-                       f"now it comes from {_origin_text(is_)}")
+        out.extend(_origin_problems(f"{entry['field']} = {name!r}", entry.get("origin", {}), component))
+        links = _recorded_links(entry)
+        if links and [link.get("name") for link in links] != [link.name for link in component.links]:
+            out.append(f"{links[0].get('field')}: the run linked {[link.get('name') for link in links]}, "
+                       f"the scenario now links {[link.name for link in component.links]}")
+        else:
+            for was_link, link in zip(links, component.links):
+                out.extend(_origin_problems(f"{was_link.get('field')} link {link.name!r}", was_link.get("origin", {}), link))
     return list(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
 class CodeChange:
     """A component whose code differs from the code the run started with: the record's entry
-    index, the files that changed and the code record of now."""
+    index (and the link's, for a chain's link), the files that changed and the code record of now."""
 
     index: int
+    link: int | None
     field: str
     name: str
     files: tuple[str, ...]
@@ -170,13 +195,21 @@ def code_changes(recorded: dict[str, Any] | None, scenario: Scenario) -> list[Co
     now = scenario.components()
     out = []
     for i, entry in enumerate(recorded.get("components", [])):
-        component, was = now.get(entry["kind"]), entry.get("code")
-        if component is None or component.name != entry["name"] or not isinstance(was, dict):
+        component = now.get(entry["kind"])
+        if component is None or component.name != entry["name"]:
             continue
-        current = code_record(component.origin)
-        files = changed_files(was, current)
-        if files:
-            out.append(CodeChange(i, entry["field"], entry["name"], tuple(files), current))
+        links = _recorded_links(entry)
+        pairs = [(None, entry, component)]
+        if [link.get("name") for link in links] == [link.name for link in component.links]:
+            pairs += [(j, was_link, link) for j, (was_link, link) in enumerate(zip(links, component.links))]
+        for j, one, part in pairs:
+            was = one.get("code")
+            if not isinstance(was, dict):
+                continue
+            current = code_record(part.origin)
+            files = changed_files(was, current)
+            if files:
+                out.append(CodeChange(i, j, one["field"], one["name"], tuple(files), current))
     return out
 
 
@@ -217,8 +250,12 @@ def record_acceptance(path: Path, recorded: dict[str, Any], changes: list[CodeCh
     components = [dict(e) for e in data["components"]]
     log = list(data.get("accepted_code_changes", []))
     for change in changes:
+        entry = components[change.index]
+        if change.link is not None:  # a chain's link: its own record inside the entry
+            entry["links"] = links = [dict(link) for link in entry["links"]]
+            entry = links[change.link]
         log.append({"when": when, "field": change.field, "name": change.name, "files": list(change.files),
-                    "was": components[change.index].get("code")})
-        components[change.index]["code"] = change.now
+                    "was": entry.get("code")})
+        entry["code"] = change.now
     data["components"], data["accepted_code_changes"] = components, log
     write_json(path / FILE, data)

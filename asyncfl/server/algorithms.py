@@ -135,7 +135,7 @@ class PseudoGradient(Algorithm):
 
 
 class AlgorithmContext(NamedTuple):
-    """What an algorithm's builder gets besides its own config (docs/extending.md §5): the number
+    """What an algorithm's builder gets besides its own config (docs/extending.md §2): the number
     of clients, the proximal ``μ`` of their local problem (``client.mu``), the server learning
     rate (``server.lr``), the aggregator of the accepted uploads (exact or private) and the
     server rule (``server.rule``); for algorithms that need them, the task (its gradients, for

@@ -171,6 +171,21 @@ def _toml(value: Any) -> str:
     return tomli_w.dumps({"v": value}).partition("=")[2].strip()
 
 
+def _drop_unowned_axes(raw: dict[str, Any], point: Point) -> list[tuple[str, str]]:
+    """Remove from a point's raw scenario each varied key that the components this point names
+    do not own but other components do (``--grid server.rule=momentum,clip --grid
+    server.clip_tau=0.5,2``: the momentum points have no ``clip_tau``); returns ``(key, its
+    owners)`` for each. A key nothing owns stays, for validation to name."""
+    out = []
+    for key, _ in point.values:
+        owners = scenario_mod.unowned_key(raw, key)
+        if owners is not None:
+            section, _, leaf = key.partition(".")
+            del raw[section][leaf]
+            out.append((key, owners))
+    return out
+
+
 @dataclass(frozen=True)
 class Grid:
     """The base scenario (file and ``--set`` overrides), the axes and the seeds."""
@@ -195,17 +210,21 @@ class Grid:
     def scenarios(self, notes: list[str] | None = None) -> list[tuple[str, Point, Scenario]]:
         """Every point's validated scenario: the base scenario changed by the point's values as
         ``--set`` changes it (switching ``latency.dist`` or ``task.name`` drops the old variant's
-        keys; the notes saying so are appended to ``notes``, each once). All points are validated
+        keys), less the varied keys that only components the point does not name own
+        (:func:`_drop_unowned_axes`); the notes saying so are appended to ``notes``, each once. All points are validated
         before any runs: every problem is reported at once, naming the key and the point."""
         for axis in self.axes:
             if axis.key in RESERVED:
                 raise UsageError(f"--grid {axis.key}: not a key a sweep can vary ({RESERVED[axis.key]})")
         base = scenario_mod.load(self.scenario_file, list(self.overrides)).to_dict()
         out, problems = [], []
+        dropped: dict[tuple[str, str], list[str]] = {}
         for name, point in zip(self.names(), self.points()):
             try:
                 raw = copy.deepcopy(base)
                 found = scenario_mod.apply_changes(raw, [_as_set(k, v) for k, v in point.overrides().items()])
+                for key, owners in _drop_unowned_axes(raw, point):
+                    dropped.setdefault((key, owners), []).append(name)
                 if notes is not None:
                     notes.extend(n for n in found if n not in notes)
                 out.append((name, point, scenario_mod.validate(raw)))
@@ -213,6 +232,11 @@ class Grid:
                 problems.extend(f"{name}: {p}" for p in exc.problems)
                 if len(problems) >= 20:
                     break
+        for (key, owners), names in dropped.items():
+            note = (f"note: {key} is a key of {owners}, which {len(names)} of the {len(out)} points do not name "
+                    f"(e.g. {names[0]}): dropped there, so those points run the same scenario whatever its value")
+            if notes is not None and note not in notes:
+                notes.append(note)
         if problems:
             raise ScenarioError(sorted(set(problems), key=problems.index), source=f"{self.scenario_file} with the sweep's grid")
         return out

@@ -1,5 +1,10 @@
 """The ``clipped-momentum`` server rule: ``m_t = β m_{t−1} + clip(r_t, τ)``, with
-``clip(r, τ) = r · min(1, τ/‖r‖)`` (docs/extending.md §5)."""
+``clip(r, τ) = r · min(1, τ/‖r‖)`` (docs/extending.md §5).
+
+Written by hand to show a rule with a hyper-parameter and its own state. The same rule is also
+a chain of asyncfl's built-in rules, with the same keys: ``rule = "chain"``,
+``chain = ["clip", "momentum"]`` (docs/server-rules.md §10; tests/test_chain.py compares the two
+step by step and over whole runs)."""
 
 from typing import NamedTuple
 
