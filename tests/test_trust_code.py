@@ -226,6 +226,7 @@ def test_the_reviews_hostile_names_import_nothing(name: str, tmp_path: Path) -> 
     assert not [m for m in set(sys.modules) - before if m == module or m.startswith(module + ".")]
 
 
+@pytest.mark.slow  # several fresh processes
 def test_builtins_quit_and_exit_are_refused_not_obeyed() -> None:
     for name in ("builtins:quit", "builtins:exit"):
         clean_refusal(cli(["validate", str(QUICKSTART), "--set", f'server.rule="{name}"']), f"server.rule = '{name}'")
@@ -269,6 +270,7 @@ def test_the_flag_allows_for_the_command_and_exports_the_variable_to_its_workers
     assert main(["validate", str(QUICKSTART), "--allow-module", "not a module"]) == 2
 
 
+@pytest.mark.slow  # several fresh processes
 def test_unimportable_failing_and_exiting_modules_are_refused_cleanly(lab: Path) -> None:
     allowed = ["--allow-module", "nowhere", "--allow-module", "trustlab_boom", "--allow-module", "trustlab_bye"]
     for name, phrase in (("nowhere.at.all:X", "(ModuleNotFoundError"), ("trustlab_boom:X", "(RuntimeError: boom at import)"),
@@ -296,6 +298,7 @@ def lab_run(lab: Path, tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow  # several fresh processes
 def test_reading_a_run_directory_that_names_a_module_imports_nothing(lab: Path, lab_run: Path, tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     probe = (f"import sys\nfrom asyncfl import load_run\nfrom asyncfl.errors import RunDirError\n"
@@ -372,6 +375,7 @@ def test_a_conflict_is_recorded_by_the_registry_not_resolved_by_order() -> None:
 
 
 # -- a rule's direction must have θ's shape -------------------------------------------------------
+@pytest.mark.slow  # several fresh processes
 @pytest.mark.parametrize("name, got", [("trustlab_rule:SHORT", r"a tensor of shape \(1,\)"),
                                        ("trustlab_rule:SCALAR", r"a tensor of shape \(\)")])
 def test_a_direction_of_another_shape_than_theta_is_refused_naming_the_rule(lab: Path, tmp_path: Path, name: str, got: str) -> None:
@@ -457,6 +461,7 @@ def test_components_json_records_a_digest_of_each_file_of_a_plugins_code(lab: Pa
     assert task["code"] == {"basis": "asyncfl", "version": asyncfl.__version__}  # built-ins: asyncfl's version
 
 
+@pytest.mark.slow  # several fresh processes
 def test_an_edited_plugin_is_refused_at_resume_and_accepted_with_the_flag(lab: Path, tmp_path: Path) -> None:
     asyncfl.allow_modules("trustlab_rule")
     scenario = make_scenario({"server.rule": "trustlab_rule:RULE", "run.steps": 40, "run.checkpoint_every": 4})
