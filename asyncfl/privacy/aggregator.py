@@ -29,7 +29,7 @@ import torch
 from asyncfl.components.registry import REGISTRY
 from asyncfl.config.registries import SAMPLINGS
 from asyncfl.errors import ScenarioError
-from asyncfl.privacy import accounting, factorization, mechanism, per_client
+from asyncfl.privacy import accounting, allocation, factorization, mechanism, per_client
 from asyncfl.privacy.accountants import Releases
 from asyncfl.privacy.factorization import CorrelatedNoise, NoiseContext, NoiseState, Strategy
 from asyncfl.privacy.sampling import RunShape, SamplingAssumption
@@ -231,7 +231,15 @@ def run_shape(privacy_cfg: Any, protocol: str, clients: int, buffer: int, steps:
     cohort = int(buffer) if privacy_cfg.noise_cohort is None else int(privacy_cfg.noise_cohort)
     k, b = schema_of(privacy_cfg)
     return RunShape(protocol=protocol, clients=int(clients), buffer=int(buffer), noise_cohort=cohort,
-                    steps=int(steps), max_participations=k, min_separation=b)
+                    steps=int(steps), max_participations=k, min_separation=b, allotment=allotment_of(privacy_cfg))
+
+
+def allotment_of(privacy_cfg: Any) -> tuple[int, int] | None:
+    """``(k, t)``: the sampling assumption's allotment (its trait ``allotment`` of its own config;
+    None without one, docs/privacy.md §13)."""
+    component = REGISTRY.get("sampling", privacy_cfg.sampling)
+    allot = component.traits.allotment
+    return None if allot is None else allot(component.own_config(privacy_cfg))
 
 
 def sampling_report(sampling: str, shape: RunShape) -> dict[str, Any]:
@@ -380,6 +388,8 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
         "noise": setup.noise,
         "strategy_sensitivity": setup.strategy_sensitivity if setup.correlated else None,
     }
+    if setup.releases.allocated:  # random allocation: pld-accounting's lower bound too (§13)
+        out["epsilon_lower"] = allocation.allocation_epsilon(setup.releases, setup.sigma, setup.delta, lower=True).lower
     if participations is not None:
         cap = setup.cap
         out.update(
