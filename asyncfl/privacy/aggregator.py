@@ -29,7 +29,7 @@ import torch
 from asyncfl.components.registry import REGISTRY
 from asyncfl.config.registries import SAMPLINGS
 from asyncfl.errors import ScenarioError
-from asyncfl.privacy import accounting, allocation, factorization, mechanism, per_client
+from asyncfl.privacy import accounting, allocation, factorization, mechanism, per_client, tradeoff
 from asyncfl.privacy.accountants import Releases
 from asyncfl.privacy.factorization import CorrelatedNoise, NoiseContext, NoiseState, Strategy
 from asyncfl.privacy.sampling import RunShape, SamplingAssumption
@@ -390,6 +390,8 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
     }
     if setup.releases.allocated:  # random allocation: pld-accounting's lower bound too (§13)
         out["epsilon_lower"] = allocation.allocation_epsilon(setup.releases, setup.sigma, setup.delta, lower=True).lower
+    most = 0 if participations is None else int(participations.max(initial=0))
+    out["tradeoff"] = run_tradeoff(setup, most)
     if participations is not None:
         cap = setup.cap
         out.update(
@@ -400,6 +402,23 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
             **per_client.client_summary(participations, setup.sigma, setup.delta, setup.accountant,
                                         release=setup.client_release),
         )
+    return out
+
+
+def run_tradeoff(setup: PrivacySetup, most: int) -> dict[str, Any]:
+    """The f-DP trade-off (docs/privacy.md §15): an attacker's best true positive rate at the false
+    positive rates :data:`~asyncfl.privacy.tradeoff.FPRS`, for the run's releases at σ (``run``)
+    and for its busiest client's ``most`` contributions composed without amplification
+    (``busiest_client``; None when no client contributed); ``curve`` holds both at the false
+    positive rates :data:`~asyncfl.privacy.tradeoff.CURVE_FPRS`, for ``asyncfl plot --tradeoff``."""
+    run_pld = tradeoff.releases_pld(setup.releases, setup.sigma)
+    out: dict[str, Any] = {"fpr": list(tradeoff.FPRS), "run": tradeoff.tradeoff(run_pld), "busiest_client": None,
+                           "busiest_client_participations": most,
+                           "curve": {"fpr": list(tradeoff.CURVE_FPRS), "run": tradeoff.curve(run_pld), "busiest_client": None}}
+    if most >= 1:
+        busiest_pld = tradeoff.releases_pld(*setup.client_release(most))
+        out["busiest_client"] = tradeoff.tradeoff(busiest_pld)
+        out["curve"]["busiest_client"] = tradeoff.curve(busiest_pld)
     return out
 
 
