@@ -24,4 +24,28 @@ def private_ledger(scenario: Any, setup: PrivacySetup, version: Callable[[], int
     if shape.allotment is not None:
         k, t = shape.allotment
         allotment = Allotment(shape.clients, k, t, scenario.seed)
-    return Participation(shape.clients, setup.cap, shape.min_separation, version, allotment=allotment)
+    cap = setup.cap
+    if setup.budget_participations is not None:  # the privacy filter joins the cap (§14)
+        cap = setup.budget_participations if cap is None else min(cap, setup.budget_participations)
+    return Participation(shape.clients, cap, shape.min_separation, version, allotment=allotment)
+
+
+def stall_reason(ledger: Participation, setup: PrivacySetup, step: int, steps: int, buffer: int, now: float) -> str | None:
+    """Why a run whose ledger has an allotment or a budget cannot take step ``step`` (None: the
+    participation cap's own message applies)."""
+    if ledger.allotment is None and setup.budget_participations is None:
+        return None
+    n = ledger.spent.size
+    parts = []
+    if setup.budget_participations is not None:
+        retired = int((ledger.spent >= setup.budget_participations).sum())
+        parts.append(f"privacy.client_budget = {setup.client_budget}: {retired} of population.clients = {n} clients "
+                     f"are retired (their next participation would exceed the budget: k_B = "
+                     f"{setup.budget_participations} contributions)")
+    if ledger.allotment is not None:
+        allotted = int(ledger.allotment.mask(step).sum())
+        parts.append(f"privacy.allotted_steps = {ledger.allotment.selected}, privacy.allotment_window = "
+                     f"{ledger.allotment.window}: {allotted} clients are allotted to this step")
+    return (f"server step {step} of run.steps = {steps} cannot fill (virtual time {now:g}): " + "; ".join(parts)
+            + f"; the rest have an upload waiting or cannot be dispatched, and the step needs server.buffer = {buffer} "
+            "uploads. The run stops here (status stalled); what it wrote so far is kept")

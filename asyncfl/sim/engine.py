@@ -48,7 +48,7 @@ from asyncfl import rng as rngmod
 from asyncfl.clients.build import build_fleet
 from asyncfl.clients.fleet import Fleet
 from asyncfl.clients.participation import Participation
-from asyncfl.privacy.dispatch import private_ledger
+from asyncfl.privacy.dispatch import private_ledger, stall_reason
 from asyncfl.config import checks
 from asyncfl.compute.compose import make_executor
 from asyncfl.compute.executors import Executor
@@ -542,6 +542,10 @@ class Simulation:
         reached the cap, waits for the open step, or contributed fewer than b steps ago."""
         assert self.participation is not None
         ledger, sc = self.participation, self.scenario
+        if self.privacy_setup is not None:  # random allocation, a per-client budget (docs/privacy.md §13–14)
+            why = stall_reason(ledger, self.privacy_setup, self.version, self.total_steps, sc.server.buffer, self.env.now)
+            if why is not None:
+                return why
         k, b, n, C, T = ledger.cap, ledger.separation, sc.population.clients, sc.server.buffer, self.total_steps
         at_cap = ledger.spent >= (k if k is not None else np.iinfo(np.int64).max)
         waiting = ledger.pending & ~at_cap
@@ -634,7 +638,7 @@ class Simulation:
         docs/privacy.md §10): the configuration's σ, γ, ξ, ε, δ, sampling assumption and noise
         cohort, and the participations per client so far."""
         assert self.privacy_setup is not None and self.participation is not None
-        return privacy.summary(self.privacy_setup, self.participation.spent)
+        return privacy.summary(self.privacy_setup, self.participation.spent, self.participation.last_step)
 
     def privacy_curve(self) -> list[dict[str, Any]]:
         """``privacy.csv``: ε spent after every evaluation step taken so far — step 0 and every
