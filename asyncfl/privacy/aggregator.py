@@ -428,11 +428,14 @@ def run_tradeoff(setup: PrivacySetup, most: int) -> dict[str, Any]:
     and for its busiest client's ``most`` contributions composed without amplification
     (``busiest_client``; None when no client contributed); ``curve`` holds both at the false
     positive rates :data:`~asyncfl.privacy.tradeoff.CURVE_FPRS`, for ``asyncfl plot --tradeoff``."""
-    run_pld = tradeoff.releases_pld(setup.releases, setup.sigma)
-    out: dict[str, Any] = {"fpr": list(tradeoff.FPRS), "run": tradeoff.tradeoff(run_pld), "busiest_client": None,
+    out: dict[str, Any] = {"fpr": list(tradeoff.FPRS), "run": None, "busiest_client": None,
                            "busiest_client_participations": most,
-                           "curve": {"fpr": list(tradeoff.CURVE_FPRS), "run": tradeoff.curve(run_pld), "busiest_client": None}}
-    if most >= 1:
+                           "curve": {"fpr": list(tradeoff.CURVE_FPRS), "run": None, "busiest_client": None}}
+    if tradeoff.trivial(setup.releases, setup.sigma):  # negligible noise: no meaningful trade-off (§4)
+        return out
+    run_pld = tradeoff.releases_pld(setup.releases, setup.sigma)
+    out["run"], out["curve"]["run"] = tradeoff.tradeoff(run_pld), tradeoff.curve(run_pld)
+    if most >= 1 and not tradeoff.trivial(*setup.client_release(most)):
         busiest_pld = tradeoff.releases_pld(*setup.client_release(most))
         out["busiest_client"] = tradeoff.tradeoff(busiest_pld)
         out["curve"]["busiest_client"] = tradeoff.curve(busiest_pld)

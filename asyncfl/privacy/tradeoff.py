@@ -118,7 +118,18 @@ def releases_pld(releases: Releases, sigma: float, interval: float = TRADEOFF_IN
 
         return allocation.allocation_pld(releases, sigma)
     if releases.rate is None:
-        return pldlib.from_gaussian_mechanism(sigma / math.sqrt(releases.count), value_discretization_interval=interval)
-    one = pldlib.from_gaussian_mechanism(sigma, sampling_prob=releases.rate,
-                                         value_discretization_interval=max(interval, 1e-3))
+        s = sigma / math.sqrt(releases.count)
+        # the grid must also hold the loss range (≈ 10/s + 1/(2s²)) in ~10⁵ points (as for ε, §4)
+        grid = max(interval, (10.0 / s + 1.0 / (2.0 * s * s)) / 1e5)
+        return pldlib.from_gaussian_mechanism(s, value_discretization_interval=grid)
+    grid = max(interval, 1e-3, (10.0 / sigma + 1.0 / (2.0 * sigma * sigma)) / 1e5)
+    one = pldlib.from_gaussian_mechanism(sigma, sampling_prob=releases.rate, value_discretization_interval=grid)
     return one.self_compose(releases.count)
+
+
+def trivial(releases: Releases, sigma: float) -> bool:
+    """Whether the noise is too small for a trade-off to mean anything (σ below the accounting's
+    floor, where ε is reported as ``inf``, docs/privacy.md §4): the attacker's TPR is then 1."""
+    from asyncfl.privacy.accounting import SIGMA_MIN
+
+    return sigma < SIGMA_MIN or (releases.rate is None and not releases.allocated and sigma / math.sqrt(releases.count) < 1e-2)
