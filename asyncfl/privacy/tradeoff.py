@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 FPRS = (1e-3, 1e-2, 1e-1)
 #: the false positive rates of the curve ``summary.json`` keeps for ``asyncfl plot --tradeoff``
 CURVE_FPRS = tuple(float(a) for a in np.logspace(-5, 0, 21)[:-1])
-#: the PLD grid of the trade-off (fine: the trade-off moves by about the grid's width)
-TRADEOFF_INTERVAL = 1e-4
+#: the PLD grid of the trade-off: connect-the-dots PLDs at 1e-3 give the Gaussian trade-off to < 1e-7
+TRADEOFF_INTERVAL = 1e-3
 
 
 class Profile:
