@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from asyncfl.privacy import allocation
+
 if TYPE_CHECKING:
     import dp_accounting
 
@@ -125,8 +127,6 @@ def pld_epsilon(releases: Releases, sigma: float, delta: float) -> float:
     from dp_accounting import pld
 
     if releases.allocated:  # random allocation: Feldman & Shenfeld's PLD (docs/privacy.md §13)
-        from asyncfl.privacy import allocation
-
         return allocation.allocation_epsilon(releases, sigma, delta).upper
     interval = pld_interval(releases, sigma, delta)
     if interval > 1.0:  # ε_rdp > 1e6 or σ ≲ 2e-3: see asyncfl.privacy.accounting

@@ -24,10 +24,10 @@ import functools
 import warnings
 from typing import TYPE_CHECKING, NamedTuple
 
-from asyncfl.privacy.accountants import Releases
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # accountants imports this module (lazily) to account allocated releases
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
+    from asyncfl.privacy.accountants import Releases
 
 #: the width of pld-accounting's loss grid (its ``loss_discretization``): at σ = 1, 1 of 10 steps,
 #: 0.1 gives ε = 2.664 against 2.658 at 0.05, at half the cost (docs/privacy.md §13)

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from scipy import optimize
 
+from asyncfl.privacy import allocation
 from asyncfl.privacy.accountants import Releases
+from asyncfl.privacy.accounting import SIGMA_MIN
 
 if TYPE_CHECKING:
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
@@ -114,8 +116,6 @@ def releases_pld(releases: Releases, sigma: float, interval: float = TRADEOFF_IN
     from dp_accounting.pld import privacy_loss_distribution as pldlib
 
     if releases.allocated:
-        from asyncfl.privacy import allocation
-
         return allocation.allocation_pld(releases, sigma)
     if releases.rate is None:
         s = sigma / math.sqrt(releases.count)
@@ -130,6 +130,4 @@ def releases_pld(releases: Releases, sigma: float, interval: float = TRADEOFF_IN
 def trivial(releases: Releases, sigma: float) -> bool:
     """Whether the noise is too small for a trade-off to mean anything (σ below the accounting's
     floor, where ε is reported as ``inf``, docs/privacy.md §4): the attacker's TPR is then 1."""
-    from asyncfl.privacy.accounting import SIGMA_MIN
-
     return sigma < SIGMA_MIN or (releases.rate is None and not releases.allocated and sigma / math.sqrt(releases.count) < 1e-2)
