@@ -367,10 +367,10 @@ BAD = [
     ({"privacy.max_participations": 2, "run.max_update_norm": 10.0}, "run.max_update_norm = 10.0: must be unset with privacy.sampling = 'participation-cap'"),
     # the schema's keys belong to the participation cap: refused under Poisson by the generic message
     ({"privacy.sampling": "poisson", "privacy.max_participations": 2},
-     "privacy.max_participations: unknown key. Allowed: accountant, clip, counts, delta, enabled, epsilon, gamma, noise, "
+     "privacy.max_participations: unknown key. Allowed: accountant, client_budget, clip, counts, delta, enabled, epsilon, gamma, noise, "
      "noise_cohort, noise_multiplier, sampling, xi (a key of privacy.sampling = 'participation-cap')"),
     ({"privacy.sampling": "poisson", "privacy.max_participations": None, "privacy.min_separation": 2},
-     "privacy.min_separation: unknown key. Allowed: accountant, clip, counts, delta, enabled, epsilon, gamma, noise, "
+     "privacy.min_separation: unknown key. Allowed: accountant, client_budget, clip, counts, delta, enabled, epsilon, gamma, noise, "
      "noise_cohort, noise_multiplier, sampling, xi (a key of privacy.sampling = 'participation-cap')"),
     ({"privacy.min_separation": 0}, "privacy.min_separation = 0: must be greater than or equal to 1"),
     # b consecutive steps of C = 3 uploads need b·C distinct clients: 11 · 3 = 33 > N = 30

@@ -324,7 +324,7 @@ def test_every_sampling_assumption_names_its_claim_releases_and_cap(name: str) -
     assumption = SAMPLINGS.load(name)
     assert isinstance(assumption, SamplingAssumption) and assumption.name == name
     assert assumption.claim in ("approximation", "guarantee")
-    shape = RunShape("fedbuff", clients=100, buffer=10, noise_cohort=20, steps=50, max_participations=4)
+    shape = RunShape("fedbuff", clients=100, buffer=10, noise_cohort=20, steps=50, max_participations=4, allotment=(2, 5))
     releases = assumption.releases(shape)
     assert isinstance(releases, Releases) and releases.count >= 1
     assert assumption.so_far(shape, 0, 0) is None  # nothing released before the first step
@@ -427,6 +427,8 @@ def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
         raw["privacy"].update(enabled=True, noise_multiplier=0.5, xi=1.0)
     if field == "privacy.sampling" and name == "participation-cap":
         raw["privacy"]["max_participations"] = 2
+    if field == "privacy.sampling" and name == "random-allocation":
+        raw["privacy"].update(allotted_steps=1, allotment_window=1)
     if field == "privacy.noise" and REGISTRY.get("noise", name).traits.correlated:  # needs a participation schema
         raw["privacy"].update(sampling="participation-cap", max_participations=4, min_separation=4)
     return raw

@@ -104,6 +104,8 @@ def plot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="figure path, outside every run directory (default: plot.FORMAT in the current directory)")
     p.add_argument("--label", action="append", help="legend label per run (repeatable, in order)")
     p.add_argument("--overwrite", action="store_true", help="replace the figure if it exists")
+    p.add_argument("--tradeoff", action="store_true",
+                   help="draw the f-DP trade-off of private runs (attacker's TPR against FPR) instead of learning curves")
     format_arg(p)
 
 

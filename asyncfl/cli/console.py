@@ -113,6 +113,16 @@ def privacy_rows(p: dict[str, Any] | None) -> list[tuple[str, Any]]:
         rows.append(("ε per client, max / median (no amplification)",
                      f"{num(p['epsilon_client_max'])} / {'–' if p.get('epsilon_client_p50') is None else num(p['epsilon_client_p50'])}"
                      f" (μ-GDP max {p.get('mu_client_max', 0.0):.4g}, {p.get('participations_max')} participations)"))
+    if p.get("epsilon_lower") is not None:  # random allocation's lower bound (docs/privacy.md §13)
+        rows.append(("ε lower bound (no accountant can prove less)", num(p["epsilon_lower"])))
+    trade = p.get("tradeoff") or {}
+    if isinstance(trade.get("run"), dict):  # the f-DP trade-off (docs/privacy.md §15)
+        def tprs(points: Any) -> str:
+            return " / ".join(f"{v:.3g}" for v in points.values()) if isinstance(points, dict) else "–"
+        rows.append((f"attacker TPR at FPR {' / '.join(f'{a:g}' for a in trade.get('fpr', []))}, run; busiest client",
+                     f"{tprs(trade['run'])}; {tprs(trade.get('busiest_client'))}"))
+    if p.get("clients_retired") is not None:  # the privacy filter (docs/privacy.md §14)
+        rows.append((f"clients retired at client_budget = {p.get('client_budget'):g}", p["clients_retired"]))
     return rows
 
 

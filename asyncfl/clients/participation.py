@@ -11,6 +11,8 @@ dispatched at model version ``v`` (the step in progress) only when
 
 (``k_max = ∞`` without a participation cap, ``b = privacy.min_separation``, 1 by default, when
 the separation rule is always true: a client is never dispatched during the step it contributed to)
+and, under random allocation (docs/privacy.md §13), ``v`` is one of the steps allotted to ``k``; its
+upload then joins only step ``v`` (:meth:`Participation.admits`) — one arriving later is dropped.
 
 which gives, in every case:
 
@@ -35,9 +37,12 @@ the server step at which some client first reached ``j + 1`` participations (the
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from asyncfl.privacy.allotment import Allotment
 
 
 class ParticipationState(NamedTuple):
@@ -55,16 +60,18 @@ class Participation:
     step in progress (the simulation's model version)."""
 
     def __init__(self, clients: int, cap: int | None, separation: int = 1,
-                 version: Callable[[], int] | None = None) -> None:
+                 version: Callable[[], int] | None = None, allotment: Allotment | None = None) -> None:
         if cap is not None and cap < 1:
             raise ValueError(f"participation cap {cap}: must be at least 1")
         if separation < 1:
             raise ValueError(f"min separation {separation}: must be at least 1")
-        if separation > 1 and version is None:
-            raise ValueError("a min separation needs the simulation's version")
+        if (separation > 1 or allotment is not None) and version is None:
+            raise ValueError("a min separation or an allotment needs the simulation's version")
         self.cap = cap
         self.separation = int(separation)
         self.version = version
+        # random allocation (docs/privacy.md §13): dispatched only for a step allotted to it
+        self.allotment = allotment
         self.spent = np.zeros(clients, dtype=np.int64)
         self.pending = np.zeros(clients, dtype=bool)
         self.first_step = np.zeros(0, dtype=np.int64)
@@ -78,9 +85,18 @@ class Participation:
         assert self.version is not None
         return self.version() - int(self.last_step[client]) >= self.separation
 
+    def allotted(self, client: int, step: int) -> bool:
+        """Under random allocation: ``step`` is one of ``client``'s allotted steps (always true
+        without an allotment)."""
+        return self.allotment is None or self.allotment.allows(client, step)
+
     def eligible(self, client: int) -> bool:
         return (not self.pending[client] and (self.cap is None or self.spent[client] < self.cap)
-                and self.rested(client))
+                and self.rested(client) and (self.allotment is None or self.allotted(client, self._now())))
+
+    def _now(self) -> int:
+        assert self.version is not None
+        return self.version()
 
     def eligible_mask(self) -> np.ndarray:
         mask = ~self.pending
@@ -89,13 +105,15 @@ class Participation:
         if self.separation > 1:
             assert self.version is not None
             mask &= (self.spent == 0) | (self.version() - self.last_step >= self.separation)
+        if self.allotment is not None:
+            mask &= self.allotment.mask(self._now())
         return mask
 
     def exhausted(self) -> bool:
         """Under a cap: no client can be dispatched now (every client has reached the cap, waits
         for the open step, or contributed fewer than b steps ago). Asked when nothing is on the
         clock: then no step can be taken, the version cannot move, and nobody becomes eligible."""
-        return (self.cap is not None or self.separation > 1) and not self.eligible_mask().any()
+        return (self.cap is not None or self.separation > 1 or self.allotment is not None) and not self.eligible_mask().any()
 
     # -- fates ------------------------------------------------------------------------------------
     def reserve(self, client: int) -> None:
@@ -110,13 +128,24 @@ class Participation:
 
     def settle(self, client: int, accepted: bool, step: int) -> None:
         """The fate of ``client``'s pending dispatch: accepted by server step ``step`` (the
-        participation is spent) or not (released unspent)."""
+        participation is spent) or not (released unspent). Under random allocation an upload is
+        accepted only by its allotted step: anything else is an engine error (the engine drops such
+        an upload on arrival, :meth:`admits`)."""
         self.pending[client] = False
         if accepted:
+            if not self.allotted(client, step):
+                raise RuntimeError(f"client {client}'s upload accepted by server step {step}, which is not allotted to it")
             self.spent[client] += 1
             self.last_step[client] = step
             if self.spent[client] > self.first_step.size:
                 self.first_step = np.append(self.first_step, np.int64(step))
+
+    def admits(self, client: int, dispatched: int, step: int) -> bool:
+        """Whether an upload of ``client`` dispatched at version ``dispatched`` may join the open
+        step ``step``. Under random allocation only the step it was dispatched for, which was
+        allotted to it: an upload that arrives after that step was taken is dropped, never counted
+        against a later step (docs/privacy.md §13). Always true without an allotment."""
+        return self.allotment is None or dispatched == step
 
     # -- reports ------------------------------------------------------------------------------------
     def most_by(self, step: int) -> int:

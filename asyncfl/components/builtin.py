@@ -22,7 +22,7 @@ from asyncfl.config import latency as lat
 from asyncfl.config import tasks as tk
 from asyncfl.config.client import AdamSolverConfig, ClipHookConfig, LinearisedSolverConfig, SGDSolverConfig, TopKHookConfig
 from asyncfl.config.population import DiurnalConfig, TraceAvailabilityConfig
-from asyncfl.config.privacy import BandedNoiseConfig, BLTNoiseConfig, ParticipationCapConfig
+from asyncfl.config.privacy import BandedNoiseConfig, BLTNoiseConfig, ParticipationCapConfig, RandomAllocationConfig
 from asyncfl.config.server import (
     AdamConfig, ChainConfig, ClipConfig, DelayScaleConfig, FADASConfig, FedBuffConfig, FedDRConfig, FedPDConfig, MAFullConfig, MALightConfig,
     MomentumConfig, SyncConfig,
@@ -272,6 +272,10 @@ COMPONENTS: tuple[Component, ...] = (
               SamplingTraits(check=checks.check_participation_cap, schema=checks.participation_schema),
               summary="at most max_participations steps per client, min_separation apart, composed without "
                       "amplification (a guarantee)"),
+    Component("sampling", "random-allocation", "asyncfl.privacy.sampling:RANDOM_ALLOCATION", RandomAllocationConfig,
+              SamplingTraits(check=checks.check_random_allocation, allotment=checks.allotment_of),
+              summary="each client allotted allotted_steps of every allotment_window steps, drawn from the seed; "
+                      "amplified by random allocation (a guarantee if the allotment stays secret)"),
     Component("accountant", "pld", "asyncfl.privacy.accountants:pld_epsilon", summary="privacy loss distributions (tight)"),
     Component("accountant", "rdp", "asyncfl.privacy.accountants:rdp_epsilon", summary="Rényi DP (looser, cheap)"),
     Component("counts", "raw", "asyncfl.privacy.counts:counts_raw", summary="unchanged noisy counts"),

@@ -169,6 +169,9 @@ class SamplingTraits(Traits):
     sensitivity needs one (docs/privacy.md §6, §12)."""
 
     schema: Callable[[Any], tuple[int | None, int]] | None = None
+    #: ``allotment(cfg) -> (k, t)``: the engine dispatches each client only for the k steps of every
+    #: window of t allotted to it (random allocation, docs/privacy.md §13); None: no allotment
+    allotment: Callable[[Any], tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True)

@@ -223,3 +223,50 @@ def check_correlated_noise(sc: Scenario) -> list[str]:
         errors.append(f"privacy.noise_bands = {bands}: must be at most privacy.min_separation = {b} with "
                       f"max_participations = {k} > 1 (columns b apart must not overlap for the exact sensitivity)")
     return errors
+
+
+def allotment_of(cfg: Any) -> tuple[int, int]:
+    """The random allocation's ``(k, t)`` from its own config: k of every t server steps
+    (docs/privacy.md §13; only called once :func:`check_random_allocation` found both set)."""
+    return int(cfg.allotted_steps), int(cfg.allotment_window)
+
+
+def check_random_allocation(sc: Scenario) -> list[str]:
+    """Random allocation (docs/privacy.md §13) is refused before the run when it cannot work:
+    ``k`` and ``t`` are required and ``k ≤ t``; the clients allotted to a step, ``N·k/t`` on average,
+    must be able to supply its ``M`` uploads (``N·k ≥ t·M``); a stale protocol accepts an upload only
+    in the step it was dispatched for, so ``C`` uploads must be able to be in flight at once
+    (``K ≥ C``); and, as under the cap, no rejection by norm (it would depend on the data)."""
+    p, n = sc.privacy, sc.population.clients
+    errors: list[str] = []
+    if not p.enabled:
+        return errors
+    k, t = p.allotted_steps, p.allotment_window
+    if k is None or t is None:
+        missing = [name for name, v in (("privacy.allotted_steps", k), ("privacy.allotment_window", t)) if v is None]
+        return [f"{', '.join(missing)}: required with privacy.sampling = {p.sampling!r} (each client is allotted "
+                "allotted_steps = k of every allotment_window = t server steps)"]
+    m = noise_cohort(sc)
+    per_step = "server.buffer" if p.noise_cohort is None else "privacy.noise_cohort"
+    if k > t:
+        errors.append(f"privacy.allotted_steps = {k}, privacy.allotment_window = {t}: k must be at most t (a client is "
+                      "allotted k distinct steps of every window of t)")
+    elif n * k < t * m:
+        need = -(-t * m // k)
+        errors.append(f"privacy.allotted_steps = {k}, privacy.allotment_window = {t}: too few clients for {per_step} = "
+                      f"{m} uploads per step: population.clients × k / t = {n} × {k} / {t} = {n * k / t:.4g} clients are "
+                      f"allotted to a step on average; the run needs population.clients ≥ ⌈t·M/k⌉ = {need}, or a larger "
+                      "privacy.allotted_steps, or a smaller privacy.allotment_window")
+    protocol = sc.component("protocol")
+    if protocol.traits.stale:
+        key = protocol.traits.in_flight_key
+        in_flight = getattr(sc.server, key)
+        if in_flight is not None and in_flight < sc.server.buffer:
+            errors.append(f"server.{key} = {in_flight}: must be at least server.buffer = {sc.server.buffer} with "
+                          f"privacy.sampling = {p.sampling!r} (an upload counts only in the step it was dispatched for, "
+                          "so a step's C uploads must be in flight together)")
+    if sc.run.max_update_norm is not None:
+        errors.append(
+            f"run.max_update_norm = {sc.run.max_update_norm}: must be unset with privacy.sampling = {p.sampling!r} "
+            "(a rejection by norm depends on the client's data and changes who contributes to a step)")
+    return errors

@@ -8,6 +8,8 @@ keys of the components it names, each declared here by its component:
 * the participation-cap sampling assumption's schema (docs/privacy.md §6): ``max_participations``
   k and ``min_separation`` b — no client contributes to more than k server steps, nor to two
   steps fewer than b apart;
+* the random-allocation sampling assumption's allotment (docs/privacy.md §13): ``allotted_steps`` k
+  and ``allotment_window`` t — each client is allotted k of every window of t server steps;
 * the correlated-noise mechanisms' strategy (docs/privacy.md §12): ``noise_bands`` (banded),
   ``noise_buffers`` (BLT), and for both the ``noise_workload`` the strategy is optimised for and
   its momentum ``noise_beta``.
@@ -32,6 +34,15 @@ class ParticipationCapConfig(Section):
 
     max_participations: PosInt | None = None
     min_separation: Annotated[int, Field(ge=1, le=10**9)] = 1
+
+
+class RandomAllocationConfig(Section):
+    """``allotted_steps`` k and ``allotment_window`` t (both required, ``k ≤ t``): every client is
+    allotted k of the t server steps of each window ``[w·t + 1, (w+1)·t]``, drawn uniformly from the
+    run's seed before the run (docs/privacy.md §13)."""
+
+    allotted_steps: PosInt | None = None
+    allotment_window: PosInt | None = None
 
 
 Workload = Literal["prefix", "momentum"]

@@ -156,7 +156,9 @@ class PrivacyConfig(Section):
     dispatch order, §6). ``noise`` is the mechanism's noise across steps: ``"iid"`` (default,
     §1), or correlated by a ``"banded"`` or ``"blt"`` strategy (§12, with a participation cap).
     ``noise_cohort`` = M ≥ C (default C) simulates the noise of a deployment whose buffer sums M
-    uploads: the noise is scaled by C/M and the accounting is the deployment's (§7)."""
+    uploads: the noise is scaled by C/M and the accounting is the deployment's (§7).
+    ``client_budget`` = ε_max: a client whose next participation would take its realised ε (§11)
+    above it is not dispatched again (a privacy filter, §14)."""
 
     enabled: bool = False
     clip: PosFloat = 1.0
@@ -170,6 +172,7 @@ class PrivacyConfig(Section):
     accountant: str = "pld"
     counts: str = "project"
     noise: str = "iid"
+    client_budget: PosFloat | None = None  # ε_max per client: a privacy filter (docs/privacy.md §14)
 
 
 SECTIONS: dict[str, type[Section]] = {

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from asyncfl.privacy import allocation
+
 if TYPE_CHECKING:
     import dp_accounting
 
@@ -38,17 +40,36 @@ class Releases:
 
     count: int
     rate: float | None = None
+    #: random allocation (docs/privacy.md §13): ``count`` = k of every ``window`` = t steps, repeated
+    #: over ``windows`` windows (None: not allocated)
+    window: int | None = None
+    windows: int = 1
+
+    @property
+    def allocated(self) -> bool:
+        return self.window is not None
+
+    def unamplified(self) -> Releases:
+        """The same contributions composed without amplification: ``k·W`` Gaussian releases (a
+        valid, loose bound for allocated releases; the releases themselves otherwise)."""
+        return Releases(self.count * self.windows) if self.allocated else self
 
     def event(self, sigma: float) -> dp_accounting.DpEvent:
-        """The ``dp-accounting`` event of these releases at noise multiplier ``σ``."""
+        """The ``dp-accounting`` event of these releases at noise multiplier ``σ`` (random
+        allocation has none in dp-accounting: :mod:`asyncfl.privacy.allocation` accounts it)."""
         import dp_accounting
 
+        if self.allocated:
+            raise ValueError("random-allocation releases have no dp-accounting event (asyncfl.privacy.allocation)")
         inner: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(sigma)
         if self.rate is not None:
             inner = dp_accounting.PoissonSampledDpEvent(self.rate, inner)
         return dp_accounting.SelfComposedDpEvent(inner, self.count)
 
     def describe(self) -> str:
+        if self.allocated:
+            return (f"{self.count} of every {self.window} steps over {self.windows} window{'s' if self.windows != 1 else ''}"
+                    " (random allocation)")
         if self.rate is None:
             return f"{self.count} Gaussian release{'s' if self.count != 1 else ''} without subsampling"
         return f"{self.count} step{'s' if self.count != 1 else ''} at sampling rate q = {self.rate:.4g}"
@@ -68,7 +89,8 @@ def _rdp_epsilon(releases: Releases, sigma: float, delta: float) -> float:
     level = absl_logger.level
     absl_logger.setLevel(logging.ERROR)
     try:
-        return float(rdp.RdpAccountant().compose(releases.event(sigma)).get_epsilon(delta))
+        # random allocation has no RDP event here: its unamplified composition is a valid, loose bound (§13)
+        return float(rdp.RdpAccountant().compose(releases.unamplified().event(sigma)).get_epsilon(delta))
     finally:
         absl_logger.setLevel(level)
 
@@ -104,6 +126,8 @@ def pld_epsilon(releases: Releases, sigma: float, delta: float) -> float:
     :func:`asyncfl.privacy.accounting.epsilon_of`)."""
     from dp_accounting import pld
 
+    if releases.allocated:  # random allocation: Feldman & Shenfeld's PLD (docs/privacy.md §13)
+        return allocation.allocation_epsilon(releases, sigma, delta).upper
     interval = pld_interval(releases, sigma, delta)
     if interval > 1.0:  # ε_rdp > 1e6 or σ ≲ 2e-3: see asyncfl.privacy.accounting
         return _rdp_epsilon(releases, sigma, delta)

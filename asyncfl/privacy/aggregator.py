@@ -18,6 +18,7 @@ are what a run reports (docs/privacy.md §10).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import torch
 from asyncfl.components.registry import REGISTRY
 from asyncfl.config.registries import SAMPLINGS
 from asyncfl.errors import ScenarioError
-from asyncfl.privacy import accounting, factorization, mechanism, per_client
+from asyncfl.privacy import accounting, allocation, budget, factorization, mechanism, per_client, tradeoff
 from asyncfl.privacy.accountants import Releases
 from asyncfl.privacy.factorization import CorrelatedNoise, NoiseContext, NoiseState, Strategy
 from asyncfl.privacy.sampling import RunShape, SamplingAssumption
@@ -163,6 +164,10 @@ class PrivacySetup:
     noise: str = "iid"
     strategy: Strategy | None = None
     strategy_sensitivity: float = 1.0
+    #: the privacy filter (docs/privacy.md §14): ``privacy.client_budget`` ε_max and ``k_B``, the most
+    #: contributions whose realised ε stays within it (None, None: no budget)
+    client_budget: float | None = None
+    budget_participations: int | None = None
 
     @property
     def correlated(self) -> bool:
@@ -231,7 +236,15 @@ def run_shape(privacy_cfg: Any, protocol: str, clients: int, buffer: int, steps:
     cohort = int(buffer) if privacy_cfg.noise_cohort is None else int(privacy_cfg.noise_cohort)
     k, b = schema_of(privacy_cfg)
     return RunShape(protocol=protocol, clients=int(clients), buffer=int(buffer), noise_cohort=cohort,
-                    steps=int(steps), max_participations=k, min_separation=b)
+                    steps=int(steps), max_participations=k, min_separation=b, allotment=allotment_of(privacy_cfg))
+
+
+def allotment_of(privacy_cfg: Any) -> tuple[int, int] | None:
+    """``(k, t)``: the sampling assumption's allotment (its trait ``allotment`` of its own config;
+    None without one, docs/privacy.md §13)."""
+    component = REGISTRY.get("sampling", privacy_cfg.sampling)
+    allot = component.traits.allotment
+    return None if allot is None else allot(component.own_config(privacy_cfg))
 
 
 def sampling_report(sampling: str, shape: RunShape) -> dict[str, Any]:
@@ -323,6 +336,15 @@ def build_privacy(
         counts=p.counts, sampling=p.sampling, shape=shape, releases=releases,
         noise=p.noise, strategy=strategy, strategy_sensitivity=sens,
     )
+    if p.client_budget is not None:
+        k_b = budget.budget_participations(setup.client_release, float(p.client_budget), setup.delta, setup.accountant,
+                                           int(steps))
+        if k_b < 1:
+            eps_one = accounting.epsilon_of(*setup.client_release(1), setup.delta, setup.accountant)
+            raise ScenarioError([f"privacy.client_budget = {p.client_budget}: below the ε of one participation "
+                                 f"({eps_one:.4g} at σ = {sigma:.4g}, δ = {setup.delta}): no client could ever be "
+                                 "dispatched; raise it, or the noise"])
+        setup = dataclasses.replace(setup, client_budget=float(p.client_budget), budget_participations=k_b)
     aggregator = PrivateAggregator(
         buffer=buffer, exponent=exponent, num_staleness=max_staleness + 1, sigma=sigma,
         clip=setup.clip, gamma=gamma, counts=p.counts, noise_cohort=cohort,
@@ -332,7 +354,8 @@ def build_privacy(
     return setup, aggregator
 
 
-def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> dict[str, Any]:
+def summary(setup: PrivacySetup, participations: np.ndarray | None = None,
+            last_step: np.ndarray | None = None) -> dict[str, Any]:
     """What a run reports (docs/privacy.md §10): ``sigma``, ``gamma``, ``xi``, ``epsilon_spent``
     (by the setup's accountant, for the σ used and the whole run's releases; ``inf`` for
     negligible noise), ``delta``, ``accountant``; the sampling assumption (``sampling``,
@@ -380,6 +403,12 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
         "noise": setup.noise,
         "strategy_sensitivity": setup.strategy_sensitivity if setup.correlated else None,
     }
+    if setup.releases.allocated:  # random allocation: pld-accounting's lower bound too (§13)
+        out["epsilon_lower"] = allocation.allocation_epsilon(setup.releases, setup.sigma, setup.delta, lower=True).lower
+    if setup.client_budget is not None:  # the privacy filter's retirements (§14)
+        out.update(budget.retirements(setup, participations, last_step))
+    most = 0 if participations is None else int(participations.max(initial=0))
+    out["tradeoff"] = run_tradeoff(setup, most)
     if participations is not None:
         cap = setup.cap
         out.update(
@@ -390,6 +419,26 @@ def summary(setup: PrivacySetup, participations: np.ndarray | None = None) -> di
             **per_client.client_summary(participations, setup.sigma, setup.delta, setup.accountant,
                                         release=setup.client_release),
         )
+    return out
+
+
+def run_tradeoff(setup: PrivacySetup, most: int) -> dict[str, Any]:
+    """The f-DP trade-off (docs/privacy.md §15): an attacker's best true positive rate at the false
+    positive rates :data:`~asyncfl.privacy.tradeoff.FPRS`, for the run's releases at σ (``run``)
+    and for its busiest client's ``most`` contributions composed without amplification
+    (``busiest_client``; None when no client contributed); ``curve`` holds both at the false
+    positive rates :data:`~asyncfl.privacy.tradeoff.CURVE_FPRS`, for ``asyncfl plot --tradeoff``."""
+    out: dict[str, Any] = {"fpr": list(tradeoff.FPRS), "run": None, "busiest_client": None,
+                           "busiest_client_participations": most,
+                           "curve": {"fpr": list(tradeoff.CURVE_FPRS), "run": None, "busiest_client": None}}
+    if tradeoff.trivial(setup.releases, setup.sigma):  # negligible noise: no meaningful trade-off (§4)
+        return out
+    run_pld = tradeoff.releases_pld(setup.releases, setup.sigma)
+    out["run"], out["curve"]["run"] = tradeoff.tradeoff(run_pld), tradeoff.curve(run_pld)
+    if most >= 1 and not tradeoff.trivial(*setup.client_release(most)):
+        busiest_pld = tradeoff.releases_pld(*setup.client_release(most))
+        out["busiest_client"] = tradeoff.tradeoff(busiest_pld)
+        out["curve"]["busiest_client"] = tradeoff.curve(busiest_pld)
     return out
 
 

@@ -9,6 +9,10 @@ the mechanism but of who takes part in which step, and that is the assumption:
 * :data:`POISSON` (``"poisson"``, an **approximation**): every step is accounted as a Poisson
   sample of the population at rate ``q = M/N`` (``M`` the noise cohort, by default the buffer
   ``C``), ``T`` steps: ``Releases(T, q)``. Neither protocol Poisson-samples (§5).
+* :data:`RANDOM_ALLOCATION` (``"random-allocation"``, a **guarantee** if the allotment is secret):
+  every client is allotted ``k`` of every ``t`` steps from the seed, the engine enforces it, and ε is
+  Feldman & Shenfeld's amplification by random allocation: ``Releases(k, window=t, windows=⌈T/t⌉)``
+  (§13).
 * :data:`PARTICIPATION_CAP` (``"participation-cap"``, a **guarantee**): the engine lets no client
   contribute to more than ``k = max_participations`` steps, at most once per step and to no two
   steps fewer than ``b = min_separation`` apart, and ε is
@@ -38,6 +42,7 @@ class RunShape(NamedTuple):
     steps: int  # T
     max_participations: int | None  # k (participation-cap only)
     min_separation: int = 1  # b: server steps between two contributions of a client (participation-cap only)
+    allotment: tuple[int, int] | None = None  # (k, t): k of every t steps per client (random-allocation only)
 
 
 class SamplingAssumption(ABC):
@@ -129,5 +134,48 @@ class ParticipationCap(SamplingAssumption):
                 "(docs/privacy.md §6)")
 
 
+class RandomAllocation(SamplingAssumption):
+    """``k`` of every ``t`` steps per client, allotted from the seed and enforced by the engine:
+    ``Releases(k, window=t, windows=⌈T/t⌉)``, accounted by Feldman & Shenfeld's random-allocation
+    PLD (docs/privacy.md §13). A guarantee on the condition that the allotment stays secret (only
+    the noisy sums are released) — the same condition as every amplification by sampling."""
+
+    name = "random-allocation"
+    claim = "guarantee"
+
+    def allotment(self, shape: RunShape) -> tuple[int, int]:
+        if shape.allotment is None:
+            raise ValueError("random-allocation needs allotted_steps and allotment_window")
+        return shape.allotment
+
+    def windows(self, shape: RunShape, steps: int | None = None) -> int:
+        """``W = ⌈T/t⌉``: a last, truncated window releases a prefix of a whole one (post-processing)."""
+        return -(-int(shape.steps if steps is None else steps) // self.allotment(shape)[1])
+
+    def releases(self, shape: RunShape) -> Releases:
+        k, t = self.allotment(shape)
+        return Releases(k, window=t, windows=self.windows(shape))
+
+    def so_far(self, shape: RunShape, steps: int, most_participations: int) -> Releases | None:
+        if steps < 1:
+            return None
+        k, t = self.allotment(shape)
+        return Releases(k, window=t, windows=self.windows(shape, steps))
+
+    def parameters(self, shape: RunShape) -> dict[str, Any]:
+        k, t = self.allotment(shape)
+        return {"sampling_rate": k / t, "max_participations": k * self.windows(shape)}
+
+    def statement(self, shape: RunShape) -> str:
+        k, t = self.allotment(shape)
+        w = self.windows(shape)
+        return (f"a guarantee if the allotment stays secret: every client was allotted k = {k} of every t = {t} server "
+                f"steps ({w} window{'s' if w != 1 else ''}), drawn uniformly from the seed before the run, and the engine "
+                "let no upload count outside its allotted step, so user-level (ε, δ)-DP follows from amplification by "
+                "random allocation (Feldman & Shenfeld; pld-accounting), on the condition that only the noisy sums are "
+                "released — not who was dispatched when (docs/privacy.md §13)")
+
+
 POISSON = Poisson()
 PARTICIPATION_CAP = ParticipationCap()
+RANDOM_ALLOCATION = RandomAllocation()

@@ -48,6 +48,7 @@ from asyncfl import rng as rngmod
 from asyncfl.clients.build import build_fleet
 from asyncfl.clients.fleet import Fleet
 from asyncfl.clients.participation import Participation
+from asyncfl.privacy.dispatch import private_ledger, stall_reason
 from asyncfl.config import checks
 from asyncfl.compute.compose import make_executor
 from asyncfl.compute.executors import Executor
@@ -169,8 +170,7 @@ class Simulation:
         # stale protocols running an algorithm with client memory: one upload per client
         # (AlgorithmTraits.one_upload_per_client, docs/async-optimisers.md §5)
         self.participation = (
-            Participation(scenario.population.clients, self.privacy_setup.cap,
-                          self.privacy_setup.shape.min_separation, lambda: self.version)
+            private_ledger(scenario, self.privacy_setup, lambda: self.version)
             if self.privacy_setup is not None
             else Participation(scenario.population.clients, None) if one_upload_per_client(scenario) else None
         )
@@ -256,6 +256,10 @@ class Simulation:
         if goes_offline:
             self.counters.dropped_offline += 1
             self.record(rec, self.version, self.version - rec.version, False, "offline", arrival_time=end)
+            self.protocol.on_offline(rec)
+        elif self.participation is not None and not self.participation.admits(rec.client, rec.version, self.version):
+            # random allocation: its allotted step was taken before it arrived (docs/privacy.md §13)
+            self.record(rec, self.version, self.version - rec.version, False, "unallotted", arrival_time=end)
             self.protocol.on_offline(rec)
         else:
             self.protocol.on_arrival(rec)
@@ -538,6 +542,10 @@ class Simulation:
         reached the cap, waits for the open step, or contributed fewer than b steps ago."""
         assert self.participation is not None
         ledger, sc = self.participation, self.scenario
+        if self.privacy_setup is not None:  # random allocation, a per-client budget (docs/privacy.md §13–14)
+            why = stall_reason(ledger, self.privacy_setup, self.version, self.total_steps, sc.server.buffer, self.env.now)
+            if why is not None:
+                return why
         k, b, n, C, T = ledger.cap, ledger.separation, sc.population.clients, sc.server.buffer, self.total_steps
         at_cap = ledger.spent >= (k if k is not None else np.iinfo(np.int64).max)
         waiting = ledger.pending & ~at_cap
@@ -630,7 +638,7 @@ class Simulation:
         docs/privacy.md §10): the configuration's σ, γ, ξ, ε, δ, sampling assumption and noise
         cohort, and the participations per client so far."""
         assert self.privacy_setup is not None and self.participation is not None
-        return privacy.summary(self.privacy_setup, self.participation.spent)
+        return privacy.summary(self.privacy_setup, self.participation.spent, self.participation.last_step)
 
     def privacy_curve(self) -> list[dict[str, Any]]:
         """``privacy.csv``: ε spent after every evaluation step taken so far — step 0 and every

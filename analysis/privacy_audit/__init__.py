@@ -1,0 +1,2 @@
+"""One-run privacy auditing of asyncfl's private aggregation (docs/privacy.md §16):
+``python -m analysis.privacy_audit SCENARIO…``."""

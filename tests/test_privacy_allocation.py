@@ -1,0 +1,185 @@
+"""Random allocation (docs/privacy.md §13): the allotment, the dispatcher and the ledger that
+enforce it, the refusals before the run, and its accountant.
+
+* the allotment gives every client exactly k of the t steps of every window, is a pure function of
+  the seed and the window (so a resume recomputes it) and leaves the run's named streams alone;
+* across random small runs, including a checkpoint taken mid-run and resumed in a fresh
+  simulation, every accepted upload was dispatched for, and landed in, a step allotted to its
+  client — recounted from the ``updates.csv`` rows alone against an independent redraw of the
+  allotment — and an upload that arrives after its step was taken is dropped (``unallotted``);
+* infeasible settings are refused naming the keys;
+* ε is pld-accounting's own computation (to 1e-3) for 3 settings, between its bounds, at most the
+  unamplified composition, and equal to it when k = t.
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from asyncfl import rng as rngmod
+from asyncfl.config import scenario as sc
+from asyncfl.errors import ScenarioError, SimulationStalled
+from asyncfl.privacy import accounting, allocation
+from asyncfl.privacy.accountants import Releases
+from asyncfl.privacy.allotment import ALLOTMENT_KEY, Allotment
+from asyncfl.records import MemorySink
+from asyncfl.sim.engine import Simulation
+from conftest import make_raw, through_file
+from test_privacy_schema import run_until
+
+
+def independent_allotment(seed: int, clients: int, k: int, t: int, steps: int) -> set[tuple[int, int]]:
+    """(client, step) allotted, redrawn here from the documented formula, window by window."""
+    out = set()
+    for w in range(-(-steps // t)):
+        u = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(ALLOTMENT_KEY, w)))).random((clients, t))
+        for c in range(clients):
+            for off in np.argsort(u[c], kind="stable")[:k]:
+                if w * t + off + 1 <= steps:
+                    out.add((c, int(w * t + off + 1)))
+    return out
+
+
+def test_allotment_is_k_of_every_t_and_a_function_of_the_seed():
+    a = Allotment(50, 3, 7, seed=11)
+    for w in range(4):
+        steps = range(w * 7 + 1, w * 7 + 8)
+        per_client = np.sum([a.mask(s) for s in steps], axis=0)
+        np.testing.assert_array_equal(per_client, 3)
+    b = Allotment(50, 3, 7, seed=11)
+    np.testing.assert_array_equal(a.offsets(2), b.offsets(2))
+    assert not np.array_equal(Allotment(50, 3, 7, seed=12).offsets(0), a.offsets(0))
+    assert {(c, int(s)) for c in range(50) for s in a.steps_of(c, 20)} == independent_allotment(11, 50, 3, 7, 20)
+    # the run's named streams are the children 0…6 of SeedSequence(seed), untouched
+    fresh = rngmod.make_streams(11)
+    ref = np.random.SeedSequence(11).spawn(len(rngmod.STREAMS))
+    for (name, gen), child in zip(fresh.items(), ref):
+        assert gen.random() == np.random.Generator(np.random.PCG64(child)).random(), name
+    with pytest.raises(ValueError):
+        Allotment(10, 4, 3, seed=0)
+
+
+def alloc_raw(**over: Any) -> dict[str, Any]:
+    raw = make_raw(**{"population.clients": over.pop("n", 30), "run.steps": over.pop("steps", 8), "run.eval_every": 4,
+                      "run.train_loss": False})
+    protocol = over.pop("protocol", "fedbuff")
+    c = over.pop("buffer", 2)
+    if protocol == "fedbuff":
+        server = {"protocol": "fedbuff", "concurrency": over.pop("in_flight", 2 * c), "buffer": c, "max_staleness": 4}
+    else:
+        server = {"protocol": "sync", "cohort": over.pop("in_flight", c), "buffer": c}
+    raw["server"] = {**server, "rule": "sgd", "lr": 0.5}
+    raw["latency"] = over.pop("latency", {"dist": "exponential", "mean": 1.0})
+    raw["privacy"] = {"enabled": True, "noise_multiplier": 0.5, "xi": 1.0, "sampling": "random-allocation",
+                      "allotted_steps": over.pop("k", 1), "allotment_window": over.pop("t", 3), **over}
+    return raw
+
+
+def allotment_problems(rows: list[Any], allotted: set[tuple[int, int]]) -> list[str]:
+    out = []
+    for r in rows:
+        if r.accepted and ((r.client, r.step) not in allotted or r.version != r.step):
+            out.append(f"client {r.client} accepted by step {r.step} (dispatched at {r.version})")
+        if r.reason == "unallotted" and r.step == r.version:
+            out.append(f"client {r.client} dropped as unallotted in its own step {r.step}")
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k=st.integers(1, 3), extra=st.integers(0, 3), protocol=st.sampled_from(["fedbuff", "sync"]),
+       buffer=st.integers(1, 3), steps=st.integers(2, 9), stop=st.integers(3, 60), seed=st.integers(0, 5))
+def test_uploads_satisfy_the_allotment_exactly_across_a_resume(k, extra, protocol, buffer, steps, stop, seed):
+    t = k + extra
+    n = -(-t * buffer // k) * 3  # three times the fewest that can supply the steps on average
+    raw = alloc_raw(n=n, k=k, t=t, protocol=protocol, buffer=buffer, steps=steps)
+    raw["seed"] = seed
+    scenario = sc.validate(raw)
+    first = Simulation(scenario, sink=MemorySink())
+    try:
+        interrupted = run_until(first, stop)
+    except SimulationStalled:  # a step could not fill from its allotted clients: a clean stop
+        interrupted = False
+    rows = list(first.sink.updates)
+    if interrupted:
+        second = Simulation(scenario, sink=MemorySink())
+        second.restore(through_file(first.state()))
+        try:
+            run_until(second, None)
+        except SimulationStalled:
+            pass
+        rows += second.sink.updates
+    allotted = independent_allotment(seed, n, k, t, steps)
+    assert not allotment_problems(rows, allotted)
+    per_window = collections.Counter((r.client, (r.step - 1) // t) for r in rows if r.accepted)
+    assert max(per_window.values(), default=0) <= k
+
+
+def test_a_late_upload_is_dropped_not_counted_against_a_later_step():
+    # exponential latencies, K = 2C: half of every step's dispatches arrive after it was taken
+    sim = Simulation(sc.validate(alloc_raw(n=40, k=1, t=2, buffer=3, in_flight=8, steps=6)), sink=MemorySink())
+    run_until(sim, None)
+    rows = list(sim.sink.updates)
+    late = [r for r in rows if r.reason == "unallotted"]
+    assert late and all(r.step > r.version and not r.accepted for r in late)
+    assert all(r.step == r.version for r in rows if r.accepted)
+    assert sum(r.accepted for r in rows) == 6 * 3
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"k": 4, "t": 3}, "privacy.allotted_steps = 4, privacy.allotment_window = 3: k must be at most t"),
+    ({"n": 5, "k": 1, "t": 3}, "too few clients for server.buffer = 2"),
+    ({"in_flight": 1}, "server.concurrency = 1: must be at least server.buffer = 2"),
+])
+def test_infeasible_settings_are_refused_naming_the_keys(over, needle):
+    with pytest.raises(ScenarioError) as err:
+        sc.validate(alloc_raw(**over))
+    assert needle in str(err.value)
+
+
+def test_missing_allotment_keys_are_named():
+    raw = alloc_raw()
+    del raw["privacy"]["allotment_window"]
+    with pytest.raises(ScenarioError, match="privacy.allotment_window: required"):
+        sc.validate(raw)
+
+
+def _package_epsilon(sigma: float, t: int, k: int, w: int, delta: float) -> tuple[float, float]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import PLD_accounting as P
+    cfg = P.AllocationSchemeConfig(loss_discretization=allocation.LOSS_DISCRETIZATION)
+    params = P.PrivacyParams(sigma=sigma, num_steps=t, num_selected=k, num_epochs=w, delta=delta)
+    return (P.gaussian_allocation_epsilon_configurable(params=params, config=cfg),
+            P.gaussian_allocation_epsilon_configurable(params=params, config=cfg, bound_type=P.BoundType.IS_DOMINATED))
+
+
+@pytest.mark.parametrize("sigma, t, k, w", [(1.0, 10, 1, 1), (2.0, 6, 2, 1), (1.5, 4, 1, 2)])
+def test_epsilon_is_pld_accountings_own_and_between_its_bounds(sigma, t, k, w):
+    delta = 1e-6
+    releases = Releases(k, window=t, windows=w)
+    ours = accounting.epsilon_of(releases, sigma, delta)
+    up, lo = _package_epsilon(sigma, t, k, w, delta)
+    assert ours == pytest.approx(up, abs=1e-3)
+    bounds = allocation.allocation_epsilon(releases, sigma, delta, lower=True)
+    assert bounds.lower == pytest.approx(lo, abs=1e-3)
+    assert bounds.lower <= bounds.upper
+    # amplification: never above the k·W releases composed without it (dp-accounting), and the RDP
+    # accountant reports exactly that unamplified bound
+    assert ours <= accounting.epsilon_of(Releases(k * w), sigma, delta)
+    assert accounting.epsilon_of(releases, sigma, delta, "rdp") == accounting.epsilon_of(Releases(k * w), sigma, delta, "rdp")
+
+
+def test_k_equal_t_is_the_unamplified_composition():
+    # every step allotted: k Gaussian releases, no amplification (dp-accounting's exact Gaussian)
+    delta, sigma = 1e-5, 2.0
+    ours = allocation.allocation_epsilon(Releases(3, window=3, windows=1), sigma, delta, lower=True)
+    exact = accounting.epsilon_of(Releases(3), sigma, delta)
+    assert ours.lower - 0.02 <= exact <= ours.upper + 1e-9
+    assert ours.upper == pytest.approx(exact, rel=0.02)
