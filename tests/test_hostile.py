@@ -468,7 +468,7 @@ def test_9_the_initial_loss_after_a_resume_is_the_step_0_loss(stopped):
 # ---------------------------------------------------------------------------------------------
 # 10. README commands: tests/test_readme_commands.py runs them; the one that failed:
 def test_10_the_readme_runs_no_concurrency_above_the_quickstart_population(capsys):
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "README.md").read_text() + (REPO / "docs" / "guide.md").read_text()
     assert "--set server.concurrency=40" not in text
     quick = sc.load(REPO / "scenarios" / "quickstart.toml")
     for line in text.splitlines():
