@@ -19,6 +19,7 @@ from asyncfl.cli.console import err_console, print_summary, progress_bar, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.config.memory import check_memory, record_warning
+from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import outdir, rundir, runner
@@ -104,10 +105,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     out = Path(args.run_dir)
     try:
         plan = runner.inspect_run_dir(out)
-        if plan.status == "completed":
+        if plan.status in FINISHED_STATUSES:
             raise runner.AlreadyCompleted("")
     except runner.AlreadyCompleted:
-        warn(f"{out}: the run is already completed; nothing to resume")
+        warn(f"{out}: the run is already {plan.status}; nothing to resume")
         return EXIT_OK
     rundir.RunLock.check(out)  # in use by another process: say so before anything else
     if plan.checkpoint is None:

@@ -16,6 +16,7 @@ from rich.table import Table
 from asyncfl.cli.console import RunsDisplay, command_line, console, say, warn
 from asyncfl.cli.exit_codes import of_runs
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.sweep.grid import Grid, parse_grid, parse_seeds
 from asyncfl.studies.sweep.run import run_sweep
@@ -43,7 +44,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     finally:
         display.close()
         backend.close()
-    failed = [o for o in result.outcomes if o.status != "completed"]
+    failed = [o for o in result.outcomes if o.status not in FINISHED_STATUSES]
     if not args.quiet:
         console.print(summary_table(result.summary, [a.key for a in axes]))
         say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'summary.csv'}")

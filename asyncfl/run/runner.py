@@ -24,10 +24,11 @@ import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.scenario import Scenario
+from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
 from asyncfl.privacy import per_client
-from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, tensorboard
+from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, stops, tensorboard
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
 
@@ -91,6 +92,7 @@ async def run_to_dir(
     rundir.check_out(out, overwrite=overwrite)
     # built first: a scenario refused while building (memory, traces) leaves no directory behind
     sim = simulation if simulation is not None else Simulation(scenario)
+    stops.check_metric(scenario.run.stop, metric_fields(sim))
     path, lock = rundir.prepare(out, overwrite=overwrite)
     with lock:
         writer = rundir.RunWriter(path, metric_fields=metric_fields(sim))
@@ -113,16 +115,24 @@ async def _drive(
     every = scenario.run.checkpoint_every
     writer.write_summary({"name": scenario.name, "status": "running", "steps": sim.steps_done})
     board = tensorboard.TensorBoardLog(writer.path, sim.steps_done) if scenario.run.tensorboard else None
+    watch, stopped = stops.StopWatch(scenario.run.stop), None
+    events = sim.events()
     try:
-        async for event in sim.events():
+        async for event in events:
             if event.metrics is not None:
                 write_counts(sim, writer)
                 if board is not None:
                     board.on_event(sim, event)
-            if every and event.step % every == 0 and event.step < event.total_steps:
+            stopped = watch.check(sim, event)
+            if every and event.step % every == 0 and event.step < event.total_steps and stopped is None:
                 save_checkpoint(sim, writer)
             if on_event is not None:
                 on_event(event)
+            if stopped is not None:
+                break
+        if stopped is not None:  # a stop fired (docs/run-directory.md §14): the jobs in flight are cancelled
+            await events.aclose()
+            await sim.aclose()
     except NumericalFault as exc:
         # marked with the fault: a driver killed before the summary below is resumed by
         # finalizing this state as diverged, never by running on past the fault
@@ -150,6 +160,8 @@ async def _drive(
         writer.close()
         if board is not None:
             board.close()
+    if stopped is not None:
+        return finalize(sim, writer, stops.STOPPED, {"stop": stopped})
     return finalize(sim, writer, "completed")
 
 
@@ -217,7 +229,7 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
             raise RunDirError(f"{path}: cannot be rebuilt, nothing was changed:\n" + "\n".join(f"  - {p}" for p in gone)) from None
         raise RunDirError(f"{path}: its scenario.toml is not valid:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
     state = None
-    if status not in ("completed", "diverged", "stalled") and (path / CHECKPOINT_NAME).exists():
+    if status not in ("completed", stops.STOPPED, "diverged", "stalled") and (path / CHECKPOINT_NAME).exists():
         state = checkpoint.read(path / CHECKPOINT_NAME)
         if state.scenario_toml != scenario.to_toml():
             raise CheckpointError(f"{path / CHECKPOINT_NAME}: written for another scenario than {toml_path} (edited after the run started?)")
@@ -242,8 +254,8 @@ async def resume_dir(
         inspect_run_dir(path)  # the message for a missing directory
     with rundir.RunLock.acquire(path):  # held until the resumed run ends
         plan = inspect_run_dir(path)
-        if plan.status == "completed":
-            raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
+        if plan.status in FINISHED_STATUSES:  # completed, or a stop fired: nothing to do
+            raise AlreadyCompleted(f"{plan.path}: the run is already {plan.status}; nothing to resume")
         if plan.status in ("diverged", "stalled"):
             raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
         kwargs = simulation_kwargs or {}
@@ -260,6 +272,7 @@ async def resume_dir(
         ck = plan.checkpoint
         sim = Simulation(plan.scenario, **kwargs)
         _check_provenance(plan, sim)
+        stops.check_metric(plan.scenario.run.stop, metric_fields(sim))
         problems = checkpoint.validate(ck, sim.state(), plan.scenario)
         prefixes: dict[str, rundir.CsvPrefix] = {}
         if not problems:  # both CSV files checked before either is cut

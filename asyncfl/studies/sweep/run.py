@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import tomli_w
 
+from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import AsyncFLError, RunDirError, UsageError
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import outdir
@@ -158,11 +159,11 @@ def summary_rows(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, 
         groups.setdefault(tuple(repr(row[k]) for k in keys), []).append(row)
     out = []
     for members in groups.values():
-        done = [r for r in members if r["status"] == "completed"]
+        done = [r for r in members if r["status"] in FINISHED_STATUSES]
         summary = {k: members[0][k] for k in keys}
         summary.update(runs=len(members), completed=len(done),
                        not_completed="; ".join(f"seed {r['seed']} {r['status']}: {_short(r['message'])}"
-                                               for r in members if r["status"] != "completed"))
+                                               for r in members if r["status"] not in FINISHED_STATUSES))
         for metric in METRICS:
             ci = mean_ci(_num(r[metric]) for r in done)
             summary[f"{metric}_mean"], summary[f"{metric}_ci95"] = ci.mean, ci.half
