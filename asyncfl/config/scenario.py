@@ -41,6 +41,7 @@ from asyncfl.components.core import KINDS, Component, Kind
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.config.registries import LATENCIES, TASKS
 from asyncfl.config.stop import StopConfig
+from asyncfl.config.trackers import problems as tracker_problems
 from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
 from asyncfl.errors import ScenarioError
 
@@ -139,6 +140,9 @@ class RunConfig(Section):
     tensorboard: bool = False
     # end the run before run.steps: a metric's target, an ε, virtual-time or wall-clock budget
     stop: StopConfig | None = None
+    # experiment trackers to log to (docs/run-directory.md §15) and their own keys, by name
+    trackers: Annotated[list[Annotated[str, Field(min_length=1, max_length=300)]], Field(max_length=16)] | None = None
+    tracker: dict[str, dict[str, Any]] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -581,6 +585,7 @@ def _cross_check(sc: Scenario) -> Scenario:
         per_step = sc.server.buffer if parts["protocol"].traits.stale else getattr(sc.server, in_flight_key)
         errors.extend(_work_problems(sc, per_step))
     errors.extend(_privacy_problems(sc))
+    errors.extend(tracker_problems(sc.run.trackers or [], sc.run.tracker))
     if sc.run.stop is not None and sc.run.stop.epsilon is not None and not sc.privacy.enabled:
         errors.append(f"run.stop.epsilon = {sc.run.stop.epsilon:g}: an ε budget needs privacy.enabled = true")
     if errors:

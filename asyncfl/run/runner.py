@@ -28,7 +28,7 @@ from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
 from asyncfl.privacy import per_client
-from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, stops, tensorboard
+from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, stops, tracking
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
 
@@ -87,8 +87,7 @@ async def run_to_dir(
 ) -> dict[str, Any]:
     """Run ``scenario`` and write its run directory ``out``; returns the summary. The directory
     is locked for the whole run (:class:`~asyncfl.run.rundir.RunLock`)."""
-    if scenario.run.tensorboard:
-        tensorboard.check_available()  # before anything is written
+    trackers = tracking.build(scenario)  # their optional packages checked before anything is written
     rundir.check_out(out, overwrite=overwrite)
     # built first: a scenario refused while building (memory, traces) leaves no directory behind
     sim = simulation if simulation is not None else Simulation(scenario)
@@ -98,7 +97,7 @@ async def run_to_dir(
         writer = rundir.RunWriter(path, metric_fields=metric_fields(sim))
         writer.write_scenario(scenario.to_toml())
         provenance.write(path, scenario, sim.task)
-        return await _drive(sim, writer, on_event, should_stop)
+        return await _drive(sim, writer, on_event, should_stop, trackers)
 
 
 async def _drive(
@@ -106,63 +105,82 @@ async def _drive(
     writer: rundir.RunWriter,
     on_event: Callable[[StepEvent], None] | None,
     should_stop: Callable[[], bool] | None,
+    trackers: dict[str, tracking.Tracker],
 ) -> dict[str, Any]:
     """Drive ``sim`` into ``writer``'s directory: periodic checkpoints, and a final one when the
-    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which."""
+    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which. The
+    trackers log as it goes and are closed whatever happens (:mod:`asyncfl.run.tracking`)."""
     scenario = sim.scenario
     sim.sink = writer
     sim.should_stop = should_stop
     every = scenario.run.checkpoint_every
     writer.write_summary({"name": scenario.name, "status": "running", "steps": sim.steps_done})
-    board = tensorboard.TensorBoardLog(writer.path, sim.steps_done) if scenario.run.tensorboard else None
+    board = tracking.TrackerSet.open(scenario, writer.path, sim.steps_done, trackers)
     watch, stopped = stops.StopWatch(scenario.run.stop), None
-    events = sim.events()
-    try:
-        async for event in events:
-            if event.metrics is not None:
-                write_counts(sim, writer)
-                if board is not None:
+    try:  # the trackers are closed however the run ends
+        events = sim.events()
+        try:
+            async for event in events:
+                if event.metrics is not None:
+                    write_counts(sim, writer)
                     board.on_event(sim, event)
-            stopped = watch.check(sim, event)
-            if every and event.step % every == 0 and event.step < event.total_steps and stopped is None:
-                save_checkpoint(sim, writer)
-            if on_event is not None:
-                on_event(event)
-            if stopped is not None:
-                break
-        if stopped is not None:  # a stop fired (docs/run-directory.md §14): the jobs in flight are cancelled
-            await events.aclose()
+                stopped = watch.check(sim, event)
+                if every and event.step % every == 0 and event.step < event.total_steps and stopped is None:
+                    save_checkpoint(sim, writer)
+                if on_event is not None:
+                    on_event(event)
+                if stopped is not None:
+                    break
+            if stopped is not None:  # a stop fired (docs/run-directory.md §14): the jobs in flight are cancelled
+                await events.aclose()
+                await sim.aclose()
+        except NumericalFault as exc:
+            # marked with the fault: a driver killed before the summary below is resumed by
+            # finalizing this state as diverged, never by running on past the fault
+            save_checkpoint(sim, writer, fault=str(exc))
+            finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
+            raise
+        except SimulationStalled as exc:
+            finalize(sim, writer, "stalled", {"error": str(exc)})
+            raise
+        except RunInterrupted:
+            save_checkpoint(sim, writer)
             await sim.aclose()
-    except NumericalFault as exc:
-        # marked with the fault: a driver killed before the summary below is resumed by
-        # finalizing this state as diverged, never by running on past the fault
-        save_checkpoint(sim, writer, fault=str(exc))
-        finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
+            finalize(sim, writer, "interrupted", {"checkpoint": CHECKPOINT_NAME})
+            raise
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            finalize(sim, writer, "interrupted")  # mid-event: the last checkpoint (if any) stays valid
+            raise
+        except rundir.WriteError as exc:  # a full disk: nothing more can be written, the files so far stay
+            ck = writer.path / CHECKPOINT_NAME
+            last = "" if writer.checkpoint_step is None else f" of server step {writer.checkpoint_step}"
+            kept = (f"its last checkpoint{last} ({ck}) is intact: make room, then 'asyncfl resume {writer.path}'"
+                    if ck.exists() else f"it has no checkpoint yet: make room, then 'asyncfl resume {writer.path}' restarts it")
+            raise rundir.WriteError(f"{exc}; the run stopped after server step {sim.steps_done}, {kept}") from None
+        finally:
+            writer.close()
+    except BaseException:
+        _close_trackers(board, writer)
         raise
-    except SimulationStalled as exc:
-        finalize(sim, writer, "stalled", {"error": str(exc)})
-        raise
-    except RunInterrupted:
-        save_checkpoint(sim, writer)
-        await sim.aclose()
-        finalize(sim, writer, "interrupted", {"checkpoint": CHECKPOINT_NAME})
-        raise
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        finalize(sim, writer, "interrupted")  # mid-event: the last checkpoint (if any) stays valid
-        raise
-    except rundir.WriteError as exc:  # a full disk: nothing more can be written, the files so far stay
-        ck = writer.path / CHECKPOINT_NAME
-        last = "" if writer.checkpoint_step is None else f" of server step {writer.checkpoint_step}"
-        kept = (f"its last checkpoint{last} ({ck}) is intact: make room, then 'asyncfl resume {writer.path}'"
-                if ck.exists() else f"it has no checkpoint yet: make room, then 'asyncfl resume {writer.path}' restarts it")
-        raise rundir.WriteError(f"{exc}; the run stopped after server step {sim.steps_done}, {kept}") from None
-    finally:
-        writer.close()
-        if board is not None:
-            board.close()
-    if stopped is not None:
-        return finalize(sim, writer, stops.STOPPED, {"stop": stopped})
-    return finalize(sim, writer, "completed")
+    summary = finalize(sim, writer, stops.STOPPED, {"stop": stopped}) if stopped is not None else finalize(sim, writer, "completed")
+    return _close_trackers(board, writer, summary)
+
+
+def _close_trackers(board: tracking.TrackerSet, writer: rundir.RunWriter, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Close the run's trackers with its status (the summary written last, else the one on
+    disk) and record in ``summary.json`` any that failed (``tracker_errors``)."""
+    if not board.trackers:
+        return summary or {}
+    if summary is None:
+        try:
+            summary = rundir.read_json(writer.path / "summary.json")
+        except RunDirError:
+            summary = {}
+    errors = {name: result for name, result in board.close(str(summary.get("status", "failed"))).items() if result != "ok"}
+    if errors and summary:
+        summary = {**summary, "tracker_errors": errors}
+        writer.write_summary(summary)
+    return summary
 
 
 def save_checkpoint(sim: Simulation, writer: rundir.RunWriter, fault: str | None = None) -> None:
@@ -259,8 +277,7 @@ async def resume_dir(
         if plan.status in ("diverged", "stalled"):
             raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
         kwargs = simulation_kwargs or {}
-        if plan.scenario.run.tensorboard:
-            tensorboard.check_available()
+        trackers = tracking.build(plan.scenario)
         if plan.checkpoint is None:
             sim = Simulation(plan.scenario, **kwargs)  # refused (memory, traces) before a file is removed
             _check_provenance(plan, sim)
@@ -268,7 +285,7 @@ async def resume_dir(
             for name in OUTPUTS:
                 (plan.path / name).unlink(missing_ok=True)
             writer = rundir.RunWriter(plan.path, metric_fields=metric_fields(sim))
-            return await _drive(sim, writer, on_event, should_stop)
+            return await _drive(sim, writer, on_event, should_stop, trackers)
         ck = plan.checkpoint
         sim = Simulation(plan.scenario, **kwargs)
         _check_provenance(plan, sim)
@@ -298,7 +315,7 @@ async def resume_dir(
             finally:
                 writer.close()
             raise NumericalFault(ck.fault)
-        return await _drive(sim, writer, on_event, should_stop)
+        return await _drive(sim, writer, on_event, should_stop, trackers)
 
 
 def _check_provenance(plan: ResumePlan, sim: Simulation) -> None:
