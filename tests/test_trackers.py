@@ -275,3 +275,20 @@ def test_tensorboard_is_a_tracker_too(tmp_path):
     evals = evaluations(out)
     assert [e.step for e in acc.Scalars("eval/loss")] == sorted(evals)
     assert all(math.isclose(e.value, float(evals[e.step]["loss"]), rel_tol=1e-6) for e in acc.Scalars("eval/loss"))
+
+
+@pytest.mark.slow
+def test_a_four_point_sweep_in_wandb_offline_files_is_one_group(tmp_path, no_network, monkeypatch, capsys):
+    pytest.importorskip("wandb")
+    from asyncfl.cli.main import main
+
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    path = tmp_path / "s.toml"
+    path.write_text(scenario(["wandb"], {"wandb": {"dir": str(tmp_path), "project": "p"}}).to_toml())
+    assert main(["sweep", str(path), "--grid", "server.lr=0.5,0.25", "--seeds", "0-1", "--workers", "1",
+                 "--out", str(tmp_path / "sw"), "--quiet"]) == 0
+    history, runs = wandb_history(tmp_path)
+    assert len({r.run_id for r in runs}) == 4 and {r.run_group for r in runs} == {"sw"}
+    assert {r.job_type for r in runs} == {"point"}
+    assert sorted(h["server_step"] for h in history) == sorted([2, 4, 6, 8, 10, 12] * 4)
+    assert no_network == [], no_network
