@@ -188,6 +188,7 @@ def test_2_extend_with_the_axes_in_another_order_keeps_the_runs(scenario_file, t
 
 # ---------------------------------------------------------------------------------------------
 # 4. concurrency and faults
+@pytest.mark.slow
 def test_4_a_second_sweep_on_a_folder_in_use_is_refused_naming_the_holder(scenario_file, tmp_path, capsys):
     from asyncfl.run.rundir import RunLock
 
@@ -339,6 +340,7 @@ def test_6_every_reader_raises_only_run_dir_error(run_dir, tmp_path):
             getattr(loaded, attribute)
 
 
+@pytest.mark.slow
 def test_6_ray_auto_with_ray_address_set_is_no_traceback(scenario_file, tmp_path, monkeypatch):
     pytest.importorskip("ray")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # as on managed clusters; nothing listens there
@@ -351,6 +353,7 @@ def test_6_ray_auto_with_ray_address_set_is_no_traceback(scenario_file, tmp_path
 
 # ---------------------------------------------------------------------------------------------
 # 7. a hang
+@pytest.mark.slow
 def test_7_ray_at_an_address_where_a_non_ray_program_listens_is_refused_within_seconds(scenario_file, tmp_path, capsys):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))  # loopback only
@@ -476,6 +479,7 @@ def test_10_findings_report_no_best_xi_when_nothing_learned():
     assert findings([row(2.0, 0.11), row(4.0, 0.60)], budget)[0].startswith("momentum: best final accuracy 0.6000 at ξ = 4")
 
 
+@pytest.mark.slow
 def test_10_the_wheel_ships_the_scenario_library_and_the_repository_a_license(tmp_path):
     assert "Apache License" in (REPO / "LICENSE").read_text() and "Version 2.0" in (REPO / "LICENSE").read_text()
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(REPO), "-w", str(tmp_path)],

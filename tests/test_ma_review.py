@@ -32,6 +32,7 @@ def ci_review(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_target_comes_from_the_reference_on_the_held_out_seed_only(ci_review):
     rows, tuning = read_csv(ci_review / "results.csv"), read_csv(ci_review / "tuning.csv")
     assert {r["seed"] for r in rows} == {0, 1} and {t["seed"] for t in tuning} == {7}  # held out

@@ -148,6 +148,7 @@ def test_a_process_worker_holds_one_tensor_per_model_version():
     assert float(versions.get((WORKER_CACHE,))[0]) == WORKER_CACHE
 
 
+@pytest.mark.slow
 def test_ray_executor_gives_the_same_run(inline_run):
     import ray  # a test dependency (conftest.py keeps a local instance on loopback)
 

@@ -257,6 +257,7 @@ def test_the_report_regenerates_from_results_csv_alone(ci_study, tmp_path):
     assert "## The rule's check" in text and "identified" in text
 
 
+@pytest.mark.slow
 def test_rerunning_the_study_runs_nothing_again(ci_study, monkeypatch):
     seen = []
     monkeypatch.setattr(study_cli, "_progress", lambda outcome, progress: seen.append(outcome.reused))
@@ -266,6 +267,7 @@ def test_rerunning_the_study_runs_nothing_again(ci_study, monkeypatch):
     assert (ci_study / "results.csv").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_the_committed_report_regenerates_from_its_results_csv(tmp_path):
     """analysis/results/ma_review/privacy_utility/: ``report`` on its results.csv alone gives its
     report.md and summary.csv byte for byte (every number there comes from results.csv)."""

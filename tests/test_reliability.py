@@ -280,6 +280,7 @@ def kill_scenario(tmp_path_factory) -> tuple[Path, Path]:
     return path, ref
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_sigkill_at_random_moments_then_resume(seed, kill_scenario, tmp_path):
     """Seed 0 kills at a random moment from the start (often before the run directory exists);

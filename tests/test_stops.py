@@ -190,6 +190,7 @@ def test_a_target_on_a_metric_the_run_does_not_record_is_refused_before_anything
     assert "Traceback" not in err and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_sweep_counts_a_stopped_run_as_done(tmp_path, capsys):
     from asyncfl.cli.main import main
 

@@ -117,6 +117,7 @@ def test_every_point_is_validated_before_anything_runs_naming_the_key(scenario_f
     assert code == 2 and "lr=-1__seed=3: server.lr = -1" in err and not out.exists()
 
 
+@pytest.mark.slow
 def test_ray_without_ray_installed_and_an_address_that_does_not_answer(scenario_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if not installed
     code = main(["sweep", str(scenario_file), "--out", str(tmp_path / "a"), "--ray", "auto", "--quiet"])
@@ -130,6 +131,7 @@ def test_ray_without_ray_installed_and_an_address_that_does_not_answer(scenario_
 
 # ---------------------------------------------------------------------------------------------
 # runs equal the same point run alone
+@pytest.mark.slow
 def test_a_2x2x2_sweep_on_two_workers_equals_each_point_run_alone(scenario_file, tmp_path):
     out = tmp_path / "sweep"
     assert main(["sweep", str(scenario_file), "--grid", "server.rule=momentum,ma-light", "--grid", "server.lr=0.2,0.5",

@@ -72,6 +72,7 @@ def write_scenario(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_tasks_metric_reaches_the_sweep_tables_compare_and_figures(macro_task, tmp_path, capsys):
     path = write_scenario(tmp_path)
     out = tmp_path / "sw"

@@ -55,6 +55,7 @@ def mlflow_keys(store: Path) -> dict:
     return {"mlflow": {"tracking_uri": store.as_uri(), "experiment": "t"}}
 
 
+@pytest.mark.slow
 def test_a_run_in_a_local_mlflow_store(tmp_path):
     store, out = tmp_path / "mlruns", tmp_path / "run"
     run_to_dir_blocking(scenario(["mlflow"], mlflow_keys(store), private=True), out)
