@@ -174,6 +174,7 @@ def test_2_an_edited_study_spec_is_refused_not_kept(tmp_path, capsys):
     assert code == 2 and "k_multiples: 1 given twice" in err
 
 
+@pytest.mark.slow
 def test_2_extend_with_the_axes_in_another_order_keeps_the_runs(scenario_file, tmp_path, capsys):
     out = tmp_path / "s"
     base = ["sweep", scenario_file, "--out", out, "--workers", "1", "--quiet"]

@@ -81,6 +81,7 @@ def test_unreached_targets_are_censored_rows_counted_at_the_horizon(ci_review):
     assert f"| {rmst:.1f} | {sum(r['reached'] for r in cell)}/{len(cell)} |" in report
 
 
+@pytest.mark.slow
 def test_the_report_regenerates_from_the_csvs_alone(ci_review, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()

@@ -198,6 +198,7 @@ def ci_study(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_ci_study_writes_every_evaluation_of_every_run(ci_study):
     spec = load_spec(CI_SPEC)
     with open(ci_study / "results.csv", newline="", encoding="utf-8") as fh:
@@ -244,6 +245,7 @@ def test_the_ci_study_tunes_then_refines_the_grid_around_the_best(ci_study):
     assert {r["rule"] for r in ref} == {"momentum"} and {r["xi_over_sigma"] for r in ref} == {spec.reference_xi_over_sigma}
 
 
+@pytest.mark.slow
 def test_the_report_regenerates_from_results_csv_alone(ci_study, tmp_path):
     """Every number of the report comes from results.csv: a folder holding only it gives the
     same report.md and summary.csv, byte for byte."""
