@@ -945,6 +945,7 @@ def _mutate(path: Path, kind: str, where: float, bit: int, text: str) -> None:
 
 @settings(max_examples=int(os.environ.get("ASYNCFL_FUZZ_RESUME_EXAMPLES", 30)), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@pytest.mark.slow
 @given(changes=st.lists(mutations, min_size=1, max_size=3))
 def test_a_fuzzed_run_directory_resumes_exactly_or_is_refused_untouched(changes, stopped, capsys):
     work = Path(tempfile.mkdtemp(prefix="fuzz-"))

@@ -453,6 +453,7 @@ def test_10_grid_switches_a_variant_as_set_does(scenario_file, tmp_path, capsys)
     assert code == 0 and "note: latency.dist 'lognormal' → 'exponential': dropped the file's latency.median, latency.sigma" in err
 
 
+@pytest.mark.slow
 def test_10_tables_are_not_cut_to_80_columns_in_a_pipe(private_file, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "analysis.privacy_sweep", str(private_file), "--xi", "4", "--rules", "momentum",
                            "--out", str(tmp_path / "p"), "--workers", "1"], capture_output=True, text=True, cwd=REPO, timeout=300,
