@@ -151,7 +151,6 @@ def test_a_2x2x2_sweep_on_two_workers_equals_each_point_run_alone(scenario_file,
     assert (out / "results.csv").read_bytes() == before
 
 
-@pytest.mark.slow
 def test_summary_is_the_mean_and_student_t_interval_over_seeds(scenario_file, tmp_path):
     out = tmp_path / "sweep"
     assert main(["sweep", str(scenario_file), "--grid", "server.rule=sgd,momentum", "--seeds", "0-2",
