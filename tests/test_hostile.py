@@ -398,6 +398,7 @@ def test_7_fedavg_with_a_proximal_term_is_refused(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------------------------
 # 8. the saved scenario.toml names its trace files so that it reruns from anywhere
+@pytest.mark.slow
 def test_8_trace_replay_from_a_relative_path_finishes_and_its_directory_reruns(tmp_path, monkeypatch, capsys):
     out = tmp_path / "replay"
     monkeypatch.chdir(REPO)
@@ -442,6 +443,7 @@ def test_9_the_default_bounds_trip_on_no_committed_scenario(tmp_path, capsys):
     assert 1000 < growth < sc.RunConfig().divergence_factor / 10
 
 
+@pytest.mark.slow
 def test_9_each_bound_says_that_it_fired(tmp_path, capsys):
     base = {"server.lr": 1e4, "server.rule": "sgd", "run.eval_every": 1, "run.steps": 30}
     absolute = scenario_file(tmp_path, "a.toml", **{**base, "run.divergence_loss": 1e3, "run.divergence_factor": 1e12})
@@ -636,6 +638,7 @@ def test_14_fedscale_values_in_messages_are_shortened(tmp_path):
 ODD = "root:x:0:0 [bold]b[/bold] :smile: $x$"
 
 
+@pytest.mark.slow
 def test_15_every_command_prints_user_values_verbatim(tmp_path, capsys):
     path = scenario_file(tmp_path, **{"name": ODD, "run.steps": 3})
     out = tmp_path / "out_:x:_emoji [red]r[/red] :thumbs_up:"

@@ -84,6 +84,7 @@ def run_dir(tmp_path) -> Path:
 
 # ---------------------------------------------------------------------------------------------
 # 1. data loss
+@pytest.mark.slow
 def test_1_privacy_overwrite_removes_only_its_own_runs_and_refuses_a_foreign_folder(private_file, tmp_path, capsys, run_dir):
     out = tmp_path / "p"
     base = ["privacy", private_file, "--xi", "4", "--rules", "momentum", "--out", out, "--workers", "1", "--quiet"]
@@ -141,6 +142,7 @@ def test_1_compare_and_plot_never_write_onto_a_runs_files(run_dir, tmp_path, cap
 
 # ---------------------------------------------------------------------------------------------
 # 2. silently stale results
+@pytest.mark.slow
 def test_2_an_edited_study_spec_is_refused_not_kept(tmp_path, capsys):
     spec = tmp_path / "study.toml"
     text = (REPO / "analysis" / "study_small.toml").read_text()
@@ -237,6 +239,7 @@ def test_4_kill_9_of_one_pool_worker_fails_only_its_run_and_the_sweep_exits_non_
 
 # ---------------------------------------------------------------------------------------------
 # 5. failures that say nothing
+@pytest.mark.slow
 def test_5_a_sweep_whose_run_diverged_exits_3_and_says_which(scenario_file, tmp_path, capsys):
     code, out, err = cli(capsys, "sweep", scenario_file, "--grid", "server.lr=0.3,1e4", "--set", "server.rule=sgd",
                          "--set", "run.divergence_loss=1e6", "--set", "run.eval_every=1", "--out", tmp_path / "s", "--workers", "1")
@@ -434,6 +437,7 @@ def test_10_python_m_asyncfl_and_help_texts(capsys):
         assert "--out" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_10_seeds_take_both_forms_in_sweep_and_privacy(scenario_file, private_file, tmp_path, capsys):
     assert cli(capsys, "sweep", scenario_file, "--seeds", "0", "1", "--out", tmp_path / "a", "--workers", "1", "--quiet")[0] == 0
     assert cli(capsys, "sweep", scenario_file, "--seeds", "0-1", "--out", tmp_path / "b", "--workers", "1", "--quiet")[0] == 0

@@ -551,6 +551,7 @@ def _captured():
         yield err
 
 
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("ASYNCFL_FUZZ_EXAMPLES", 150)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(text=scenario_texts(), sets=st.lists(override_texts, max_size=3))
 def test_fuzz_validate_exits_0_or_2_without_traceback(text, sets, tmp_path):

@@ -175,6 +175,7 @@ def test_the_sweep_summary_interval_is_scipys():
     assert mean_ci([1.0, math.nan, float("inf")]).n == 1 and math.isnan(mean_ci([2.0]).half)
 
 
+@pytest.mark.slow
 def test_a_diverging_point_is_recorded_and_the_others_run(scenario_file, tmp_path):
     out = tmp_path / "sweep"
     assert main(["sweep", str(scenario_file), "--grid", "server.lr=0.3,1e4", "--set", "server.rule=sgd",
@@ -184,6 +185,7 @@ def test_a_diverging_point_is_recorded_and_the_others_run(scenario_file, tmp_pat
     assert rows["10000.0"]["status"] == "diverged" and "diverged at server step" in rows["10000.0"]["message"]
 
 
+@pytest.mark.slow
 def test_a_changed_grid_is_refused_and_extend_adds_points(scenario_file, tmp_path, capsys):
     out = tmp_path / "sweep"
     base = ["sweep", str(scenario_file), "--out", str(out), "--workers", "1", "--quiet"]
