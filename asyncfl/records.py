@@ -8,10 +8,16 @@ nothing else in the package.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Iterable, NamedTuple, Protocol
 
 UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason", "dispatch")
 METRIC_FIELDS = ("step", "time", "wall_time", "loss", "accuracy", "train_loss", "staleness_mean", "staleness_max", "gap")
+
+
+def task_metrics(columns: "Iterable[str]") -> list[str]:
+    """The task's own metrics among ``columns`` (of ``metrics.csv``, or ``summary.json``'s
+    ``final``): every column that is not one of :data:`METRIC_FIELDS`, in order."""
+    return [c for c in columns if c not in METRIC_FIELDS]
 
 #: Why an upload was not used (``UpdateRow.reason``); ``""`` when it was accepted.
 REASONS = ("stale", "late", "non-finite", "norm", "offline")

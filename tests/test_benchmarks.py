@@ -58,6 +58,7 @@ def test_mnist1d_pooled_benchmark_trains_each_model():
     assert set(PUBLISHED) == {"logreg", "mlp", "cnn"}
 
 
+@pytest.mark.slow
 def test_parallel_benchmark_profiles_a_batched_run_and_times_a_sweep(tmp_path):
     """The one-large-run profile (benchmarks/parallel.py §2, §5) and the sweep's phases (§1)."""
     from benchmarks import parallel

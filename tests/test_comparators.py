@@ -207,6 +207,7 @@ def test_ca2fl_on_fedbuff_is_refused_with_privacy_a_staleness_exponent_or_a_prox
 
 # ----------------------------------------------------------------------------------------------
 # in a sweep like any other name
+@pytest.mark.slow
 def test_the_comparators_appear_in_an_asyncfl_sweep_grid(tmp_path):
     path = tmp_path / "tiny.toml"
     path.write_text(tomli_w.dumps(make_raw(**{"run.steps": 6, "run.eval_every": 3})))

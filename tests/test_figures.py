@@ -62,6 +62,7 @@ def test_run_plot_compare_bias_and_staleness_write_each_format(run_dir, tmp_path
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_privacy_sweep_writes_each_format(tmp_path, capsys):
     from test_privacy_sweep import SCENARIO  # the sweep test's small private scenario
 

@@ -84,6 +84,7 @@ def run_dir(tmp_path) -> Path:
 
 # ---------------------------------------------------------------------------------------------
 # 1. data loss
+@pytest.mark.slow
 def test_1_privacy_overwrite_removes_only_its_own_runs_and_refuses_a_foreign_folder(private_file, tmp_path, capsys, run_dir):
     out = tmp_path / "p"
     base = ["privacy", private_file, "--xi", "4", "--rules", "momentum", "--out", out, "--workers", "1", "--quiet"]
@@ -141,6 +142,7 @@ def test_1_compare_and_plot_never_write_onto_a_runs_files(run_dir, tmp_path, cap
 
 # ---------------------------------------------------------------------------------------------
 # 2. silently stale results
+@pytest.mark.slow
 def test_2_an_edited_study_spec_is_refused_not_kept(tmp_path, capsys):
     spec = tmp_path / "study.toml"
     text = (REPO / "analysis" / "study_small.toml").read_text()
@@ -174,6 +176,7 @@ def test_2_an_edited_study_spec_is_refused_not_kept(tmp_path, capsys):
     assert code == 2 and "k_multiples: 1 given twice" in err
 
 
+@pytest.mark.slow
 def test_2_extend_with_the_axes_in_another_order_keeps_the_runs(scenario_file, tmp_path, capsys):
     out = tmp_path / "s"
     base = ["sweep", scenario_file, "--out", out, "--workers", "1", "--quiet"]
@@ -188,6 +191,7 @@ def test_2_extend_with_the_axes_in_another_order_keeps_the_runs(scenario_file, t
 
 # ---------------------------------------------------------------------------------------------
 # 4. concurrency and faults
+@pytest.mark.slow
 def test_4_a_second_sweep_on_a_folder_in_use_is_refused_naming_the_holder(scenario_file, tmp_path, capsys):
     from asyncfl.run.rundir import RunLock
 
@@ -235,6 +239,7 @@ def test_4_kill_9_of_one_pool_worker_fails_only_its_run_and_the_sweep_exits_non_
 
 # ---------------------------------------------------------------------------------------------
 # 5. failures that say nothing
+@pytest.mark.slow
 def test_5_a_sweep_whose_run_diverged_exits_3_and_says_which(scenario_file, tmp_path, capsys):
     code, out, err = cli(capsys, "sweep", scenario_file, "--grid", "server.lr=0.3,1e4", "--set", "server.rule=sgd",
                          "--set", "run.divergence_loss=1e6", "--set", "run.eval_every=1", "--out", tmp_path / "s", "--workers", "1")
@@ -339,6 +344,7 @@ def test_6_every_reader_raises_only_run_dir_error(run_dir, tmp_path):
             getattr(loaded, attribute)
 
 
+@pytest.mark.slow
 def test_6_ray_auto_with_ray_address_set_is_no_traceback(scenario_file, tmp_path, monkeypatch):
     pytest.importorskip("ray")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # as on managed clusters; nothing listens there
@@ -351,6 +357,7 @@ def test_6_ray_auto_with_ray_address_set_is_no_traceback(scenario_file, tmp_path
 
 # ---------------------------------------------------------------------------------------------
 # 7. a hang
+@pytest.mark.slow
 def test_7_ray_at_an_address_where_a_non_ray_program_listens_is_refused_within_seconds(scenario_file, tmp_path, capsys):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))  # loopback only
@@ -430,6 +437,7 @@ def test_10_python_m_asyncfl_and_help_texts(capsys):
         assert "--out" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_10_seeds_take_both_forms_in_sweep_and_privacy(scenario_file, private_file, tmp_path, capsys):
     assert cli(capsys, "sweep", scenario_file, "--seeds", "0", "1", "--out", tmp_path / "a", "--workers", "1", "--quiet")[0] == 0
     assert cli(capsys, "sweep", scenario_file, "--seeds", "0-1", "--out", tmp_path / "b", "--workers", "1", "--quiet")[0] == 0
@@ -449,6 +457,7 @@ def test_10_grid_switches_a_variant_as_set_does(scenario_file, tmp_path, capsys)
     assert code == 0 and "note: latency.dist 'lognormal' → 'exponential': dropped the file's latency.median, latency.sigma" in err
 
 
+@pytest.mark.slow
 def test_10_tables_are_not_cut_to_80_columns_in_a_pipe(private_file, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "analysis.privacy_sweep", str(private_file), "--xi", "4", "--rules", "momentum",
                            "--out", str(tmp_path / "p"), "--workers", "1"], capture_output=True, text=True, cwd=REPO, timeout=300,
@@ -476,6 +485,7 @@ def test_10_findings_report_no_best_xi_when_nothing_learned():
     assert findings([row(2.0, 0.11), row(4.0, 0.60)], budget)[0].startswith("momentum: best final accuracy 0.6000 at ξ = 4")
 
 
+@pytest.mark.slow
 def test_10_the_wheel_ships_the_scenario_library_and_the_repository_a_license(tmp_path):
     assert "Apache License" in (REPO / "LICENSE").read_text() and "Version 2.0" in (REPO / "LICENSE").read_text()
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(REPO), "-w", str(tmp_path)],

@@ -34,6 +34,7 @@ def ci_review(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_target_comes_from_the_reference_on_the_held_out_seed_only(ci_review):
     rows, tuning = read_csv(ci_review / "results.csv"), read_csv(ci_review / "tuning.csv")
     assert {r["seed"] for r in rows} == {0, 1} and {t["seed"] for t in tuning} == {7}  # held out
@@ -82,6 +83,7 @@ def test_unreached_targets_are_censored_rows_counted_at_the_horizon(ci_review):
     assert f"| {rmst:.1f} | {sum(r['reached'] for r in cell)}/{len(cell)} |" in report
 
 
+@pytest.mark.slow
 def test_the_report_regenerates_from_the_csvs_alone(ci_review, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()

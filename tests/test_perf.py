@@ -112,13 +112,15 @@ def _same_run(a, b):
     torch.testing.assert_close(b.theta, a.theta, rtol=0, atol=1e-6)  # final model
 
 
-@pytest.mark.parametrize("executor,extra", [("inline", {"run.batched": True}), ("threads", {}), ("processes", {}),
-                                           ("processes", {"run.batched": True})])
+@pytest.mark.parametrize("executor,extra", [("inline", {"run.batched": True}), ("threads", {}),
+                                           pytest.param("processes", {}, marks=pytest.mark.slow),
+                                           pytest.param("processes", {"run.batched": True}, marks=pytest.mark.slow)])
 def test_every_executor_gives_the_same_run(inline_run, executor, extra):
     _same_run(inline_run, _executor_run(executor, **extra))
     assert not multiprocessing.active_children()  # process workers shut down with the run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["fedbuff", "sync"])
 def test_batched_groups_on_worker_processes_equal_inline_batched(protocol):
     """One large run on many cores: the jobs of one model version go to each worker as one
@@ -148,6 +150,7 @@ def test_a_process_worker_holds_one_tensor_per_model_version():
     assert float(versions.get((WORKER_CACHE,))[0]) == WORKER_CACHE
 
 
+@pytest.mark.slow
 def test_ray_executor_gives_the_same_run(inline_run):
     import ray  # a test dependency (conftest.py keeps a local instance on loopback)
 
@@ -194,6 +197,7 @@ def test_null_executor_runs_the_engine_without_training():
     assert bool((sim.theta == sim.task.initial_theta).all())  # Δ = 0 every time
 
 
+@pytest.mark.slow
 def test_thread_workers_do_not_share_a_module():
     """functional_call swaps a module's parameters while it runs: threads sharing one module
     (and the evaluation in the event loop) computed with each other's weights — seen as a

@@ -194,3 +194,43 @@ def test_resume_on_edited_plugin_code_exits_2_naming_the_file_and_the_flag_accep
     accepted = json.loads((out / "components.json").read_text())["accepted_code_changes"]
     assert {a["name"] for a in accepted} >= {"clipped-momentum"}
     assert all(a["files"] == ["asyncfl_example_plugin/rule.py (changed)"] for a in accepted)
+
+
+def recipe() -> list[str]:
+    """The commands of docs/extending.md's "Installing your package beside a checkout"."""
+    import re
+
+    text = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    section = text[text.index("**Installing your package beside a checkout.**"):]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S)
+    assert block is not None
+    return [line for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_install_recipe_works_as_written_in_a_fresh_venv_beside_a_checkout(tmp_path: Path) -> None:
+    """The recipe, run line by line with bash from a checkout whose ``.venv`` is this test's
+    environment: a fresh environment sees that asyncfl, gets the example package installed
+    offline, and validates (naming where each component came from) and runs its scenario."""
+    checkout = tmp_path / "checkout"
+    (checkout / "examples").mkdir(parents=True)
+    (checkout / ".venv").symlink_to(Path(sys.prefix))
+    shutil.copytree(PLUGIN, checkout / "examples" / "plugin",
+                    ignore=shutil.ignore_patterns("*.npz", "__pycache__", "*.egg-info", "build"))
+    commands = recipe()
+    assert commands[0].startswith("python3 -m venv --without-pip ../lab-venv") and len(commands) == 6
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
+    done = []
+    for command in commands:
+        # python3 is the interpreter this environment was made from (CI: the one that made .venv)
+        line = command.replace("python3 -m venv", f"{sys._base_executable} -m venv", 1)
+        done.append(subprocess.run(["bash", "-ec", line], cwd=checkout, env=env, capture_output=True, text=True, timeout=600))
+        assert done[-1].returncode == 0, (command, done[-1].stderr[-2000:])
+    assert not (tmp_path / "lab-venv" / "bin" / "pip").exists()  # the checkout's pip did the install
+    validated = done[4].stdout
+    assert "server.rule = 'clipped-momentum': package asyncfl-example-plugin 0.1.0" in validated
+    assert "task.name = 'blob-cnn': package asyncfl-example-plugin 0.1.0" in validated
+    assert "client.update_hook = 'none': built into asyncfl" in validated
+    run = tmp_path / "lab-runs" / "first"
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    components = json.loads((run / "components.json").read_text())
+    assert "asyncfl-example-plugin" in json.dumps(components)

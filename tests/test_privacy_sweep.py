@@ -47,6 +47,7 @@ def sigma() -> float:
     return calibrate_sigma(EPS, DELTA, C / N, T, "rdp")
 
 
+@pytest.mark.slow
 def test_tiny_sweep_writes_csv_md_png_with_the_formulas(scenario_file, tmp_path, sigma, capsys):
     out = tmp_path / "sweep"
     assert sigma < 3.0  # the points below are valid
@@ -116,6 +117,7 @@ def test_no_privacy_section_and_no_points_are_clear_errors(tmp_path, capsys):
     assert "--gamma -1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_capped_sweep_calibrates_for_k_releases_and_says_its_epsilon_is_a_guarantee(tmp_path):
     """Under privacy.sampling = 'participation-cap' the one σ of the sweep is calibrated for k
     Gaussian releases without amplification (docs/privacy.md §6), every run enforces the cap,

@@ -198,6 +198,7 @@ def ci_study(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_ci_study_writes_every_evaluation_of_every_run(ci_study):
     spec = load_spec(CI_SPEC)
     with open(ci_study / "results.csv", newline="", encoding="utf-8") as fh:
@@ -244,6 +245,7 @@ def test_the_ci_study_tunes_then_refines_the_grid_around_the_best(ci_study):
     assert {r["rule"] for r in ref} == {"momentum"} and {r["xi_over_sigma"] for r in ref} == {spec.reference_xi_over_sigma}
 
 
+@pytest.mark.slow
 def test_the_report_regenerates_from_results_csv_alone(ci_study, tmp_path):
     """Every number of the report comes from results.csv: a folder holding only it gives the
     same report.md and summary.csv, byte for byte."""
@@ -257,6 +259,7 @@ def test_the_report_regenerates_from_results_csv_alone(ci_study, tmp_path):
     assert "## The rule's check" in text and "identified" in text
 
 
+@pytest.mark.slow
 def test_rerunning_the_study_runs_nothing_again(ci_study, monkeypatch):
     seen = []
     monkeypatch.setattr(study_cli, "_progress", lambda outcome, progress: seen.append(outcome.reused))
@@ -266,6 +269,7 @@ def test_rerunning_the_study_runs_nothing_again(ci_study, monkeypatch):
     assert (ci_study / "results.csv").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_the_committed_report_regenerates_from_its_results_csv(tmp_path):
     """analysis/results/ma_review/privacy_utility/: ``report`` on its results.csv alone gives its
     report.md and summary.csv byte for byte (every number there comes from results.csv)."""

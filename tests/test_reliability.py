@@ -226,6 +226,7 @@ def test_periodic_checkpoint_after_a_crash_truncates_and_resumes_twice(tmp_path)
     assert_same_run(ref, out)
 
 
+@pytest.mark.slow
 def test_each_version_of_theta_is_stored_once(tmp_path):
     scenario = make_scenario({"task.dim": 4000, "server.max_staleness": 20, "run.steps": 6, "server.lr": 0.01})
     out = tmp_path / "run"
@@ -280,6 +281,7 @@ def kill_scenario(tmp_path_factory) -> tuple[Path, Path]:
     return path, ref
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_sigkill_at_random_moments_then_resume(seed, kill_scenario, tmp_path):
     """Seed 0 kills at a random moment from the start (often before the run directory exists);
@@ -315,6 +317,7 @@ def test_sigkill_at_random_moments_then_resume(seed, kill_scenario, tmp_path):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left
 
 
+@pytest.mark.slow
 def test_sigint_checkpoints_and_says_how_to_resume(kill_scenario, tmp_path):
     path, ref = kill_scenario
     out = tmp_path / "run"
@@ -548,6 +551,7 @@ def _captured():
         yield err
 
 
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("ASYNCFL_FUZZ_EXAMPLES", 150)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(text=scenario_texts(), sets=st.lists(override_texts, max_size=3))
 def test_fuzz_validate_exits_0_or_2_without_traceback(text, sets, tmp_path):
@@ -586,6 +590,7 @@ def test_fuzz_run_exits_0_2_or_3_without_traceback(sets, tmp_path_factory):
     assert "Traceback" not in err.getvalue()
 
 
+@pytest.mark.slow
 def test_subprocess_hostile_input_exits_2_without_traceback(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b"\xff\xfe[server\x00")
@@ -740,6 +745,7 @@ def test_a_run_killed_after_its_divergence_checkpoint_resumes_to_the_same_diverg
     assert strip(killed) == strip(ref)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", ["banded", "blt"])
 def test_resume_with_correlated_noise_and_a_min_separation(noise, tmp_path):
     """The correlated noise's buffers are declared state (docs/privacy.md §12): a run whose every

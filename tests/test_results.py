@@ -139,6 +139,7 @@ def test_quadratic_runs_log_the_optimality_gap_against_an_independent_solve(runs
     assert run.summary["final"]["gap"] == pytest.approx(final_gap)
 
 
+@pytest.mark.slow
 def test_load_sweep_reads_the_privacy_sweep_study_and_sweep_layouts(runs, tmp_path):
     # a study-style directory: results.csv (one row per run, run_dir relative) + tuning.csv + runs/
     study = tmp_path / "study"

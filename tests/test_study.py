@@ -32,6 +32,7 @@ def small_study(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_small_study_writes_results_and_report_with_all_six_methods(small_study):
     with open(small_study / "results.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))

@@ -117,6 +117,7 @@ def test_every_point_is_validated_before_anything_runs_naming_the_key(scenario_f
     assert code == 2 and "lr=-1__seed=3: server.lr = -1" in err and not out.exists()
 
 
+@pytest.mark.slow
 def test_ray_without_ray_installed_and_an_address_that_does_not_answer(scenario_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if not installed
     code = main(["sweep", str(scenario_file), "--out", str(tmp_path / "a"), "--ray", "auto", "--quiet"])
@@ -130,6 +131,7 @@ def test_ray_without_ray_installed_and_an_address_that_does_not_answer(scenario_
 
 # ---------------------------------------------------------------------------------------------
 # runs equal the same point run alone
+@pytest.mark.slow
 def test_a_2x2x2_sweep_on_two_workers_equals_each_point_run_alone(scenario_file, tmp_path):
     out = tmp_path / "sweep"
     assert main(["sweep", str(scenario_file), "--grid", "server.rule=momentum,ma-light", "--grid", "server.lr=0.2,0.5",
@@ -173,6 +175,7 @@ def test_the_sweep_summary_interval_is_scipys():
     assert mean_ci([1.0, math.nan, float("inf")]).n == 1 and math.isnan(mean_ci([2.0]).half)
 
 
+@pytest.mark.slow
 def test_a_diverging_point_is_recorded_and_the_others_run(scenario_file, tmp_path):
     out = tmp_path / "sweep"
     assert main(["sweep", str(scenario_file), "--grid", "server.lr=0.3,1e4", "--set", "server.rule=sgd",
@@ -182,6 +185,7 @@ def test_a_diverging_point_is_recorded_and_the_others_run(scenario_file, tmp_pat
     assert rows["10000.0"]["status"] == "diverged" and "diverged at server step" in rows["10000.0"]["message"]
 
 
+@pytest.mark.slow
 def test_a_changed_grid_is_refused_and_extend_adds_points(scenario_file, tmp_path, capsys):
     out = tmp_path / "sweep"
     base = ["sweep", str(scenario_file), "--out", str(out), "--workers", "1", "--quiet"]

@@ -111,8 +111,9 @@ def plot_args(p: argparse.ArgumentParser) -> None:
 
 def compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN", help="run directories (FedBuff, sync, baselines, private: any mix)")
-    p.add_argument("--metric", default="accuracy", choices=METRICS,
-                   help="the metric whose curves are overlaid (default: accuracy; loss when no run has one)")
+    p.add_argument("--metric", default="accuracy",
+                   help=f"the metric whose curves are overlaid: {', '.join(METRICS)} or a task's own (macro_f1, …) "
+                        "(default: accuracy; loss when no run has one)")
     p.add_argument("--out", help="figure path, outside every run directory (default: no figure, only the table)")
     p.add_argument("--label", action="append", help="label per run (repeatable, in order; default: scenario names)")
     p.add_argument("--csv", help="also write the table as CSV to this path (outside every run directory)")

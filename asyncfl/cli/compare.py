@@ -22,7 +22,8 @@ from rich.table import Table
 from asyncfl.cli.console import console, say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.errors import AsyncFLError
-from asyncfl.figures.metrics import plot_metrics
+from asyncfl.records import task_metrics
+from asyncfl.figures.metrics import PLOTTABLE, plot_metrics
 from asyncfl.figures.style import with_format
 from asyncfl.run import outdir
 from asyncfl.results import Run, load_run
@@ -52,6 +53,7 @@ def row_of(run: Run, label: str) -> dict[str, Any]:
         "status": summary.get("status"), "steps": summary.get("steps"), "virtual_time": summary.get("virtual_time"),
         "loss": final.get("loss"), "accuracy": final.get("accuracy"), "gap": final.get("gap"),
         "train_loss": final.get("train_loss"), "updates_accepted": summary.get("updates_accepted"), "bias": bias,
+        **{m: final.get(m) for m in task_metrics(final)},  # the task's own (macro_f1, …)
     }
 
 
@@ -76,21 +78,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     names = [r.name for r in runs]
     labels = args.label or (names if len(set(names)) == len(names) else [str(r.path) for r in runs])
     rows = [row_of(run, label) for run, label in zip(runs, labels)]
+    own = list(dict.fromkeys(m for run in runs for m in task_metrics(run.final)))  # the tasks' own final metrics
+    columns = (*COLUMNS[:COLUMNS.index("train_loss") + 1], *own, *COLUMNS[COLUMNS.index("train_loss") + 1:])
     # one column per run, one row per field: legible in a terminal for the few runs one compares
     table = Table(title=f"{len(runs)} runs: what ran and the final metrics")
     table.add_column("")
     for r in rows:
         table.add_column(r["run"], justify="right", overflow="fold")
-    for col in COLUMNS[1:]:
-        if any(_cell(r[col]) != "—" for r in rows):
-            table.add_row(FIELD_LABELS.get(col, col), *(_cell(r[col]) for r in rows))
+    for col in columns[1:]:
+        if any(_cell(r.get(col)) != "—" for r in rows):
+            table.add_row(FIELD_LABELS.get(col, f"final {col}"), *(_cell(r.get(col)) for r in rows))
     console.print(table)
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(COLUMNS)
-            writer.writerows([["" if _cell(r[c]) == "—" else r[c] for c in COLUMNS] for r in rows])
+            writer.writerow(columns)
+            writer.writerows([["" if _cell(r.get(c)) == "—" else r[c] for c in columns] for r in rows])
         say(f"wrote {args.csv}")
+    recorded = [m for m in (*PLOTTABLE, *dict.fromkeys(m for r in runs for m in task_metrics(r.metrics.columns))) if m != "wall_time"]
+    if args.metric not in recorded:
+        raise AsyncFLError(f"--metric {args.metric!r}: no run records it; allowed: {', '.join(recorded)}")
     if args.out:
         metric = args.metric
         if metric != "loss" and all(run.metrics[metric].isna().all() if metric in run.metrics else True for run in runs):

@@ -70,7 +70,9 @@ def print_summary(summary: dict[str, Any], out: Any) -> None:
     """The end of a run: its name and status, the table of numbers, and the run directory. The
     name and the directory are lines of their own (a table cell would wrap them where they can
     no longer be copied), printed verbatim."""
-    say(f"{summary.get('name')} — {summary.get('status')}")
+    stop = summary.get("stop")
+    why = f" ({stop.get('condition')} at server step {stop.get('step')})" if isinstance(stop, dict) else ""
+    say(f"{summary.get('name')} — {summary.get('status')}{why}")
     console.print(summary_table(summary))
     say(f"run directory: {out}")
 
@@ -162,7 +164,7 @@ class RunsDisplay:
 
     def finished(self, name: str, status: str, wall: float, reused: bool, eta: float) -> None:
         self.done += 1
-        self.failed += status != "completed"
+        self.failed += status not in ("completed", "stopped")  # config.stop.FINISHED_STATUSES (kept light)
         done, failed = self.done, self.failed
         running = min(self.slots, self.total - done)
         eta_text = "–" if eta != eta else _clock(eta)

@@ -15,11 +15,11 @@ EXIT_INTERRUPTED = 130
 
 def of_runs(statuses: "list[str] | tuple[str, ...]") -> int:
     """The exit code of a command that ran many runs (sweep, study, privacy), from their
-    statuses: 0 when every run completed; else what ``asyncfl run`` would have exited with for
+    statuses: 0 when every run completed or stopped as its ``run.stop`` asked; else what ``asyncfl run`` would have exited with for
     the worst of them — 130 if one was interrupted, 2 if one failed or stalled (its message
     says why), 3 if one diverged."""
     if "interrupted" in statuses:
         return EXIT_INTERRUPTED
-    if any(s not in ("completed", "diverged") for s in statuses):
+    if any(s not in ("completed", "stopped", "diverged") for s in statuses):  # config.stop.FINISHED_STATUSES (kept light)
         return EXIT_USAGE
     return EXIT_NUMERICAL if "diverged" in statuses else EXIT_OK

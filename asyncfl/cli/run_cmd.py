@@ -19,6 +19,7 @@ from asyncfl.cli.console import err_console, print_summary, progress_bar, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.config.memory import check_memory, record_warning
+from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import NumericalFault, RunInterrupted
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import outdir, rundir, runner
@@ -106,8 +107,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     out = Path(args.run_dir)
     try:
         ready = runner.prepare_resume(out, accept_changed_code=args.accept_changed_code)
-    except runner.AlreadyCompleted:
-        warn(f"{out}: the run is already completed; nothing to resume")
+    except runner.AlreadyCompleted as done:
+        warn(str(done))
         return EXIT_OK
     for change in ready.accepted:
         warn(f"note: {change.describe()}; accepted (--accept-changed-code), recorded in {out / 'components.json'}")

@@ -16,6 +16,8 @@ from rich.table import Table
 from asyncfl.cli.console import RunsDisplay, command_line, console, say, warn
 from asyncfl.cli.exit_codes import of_runs
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.stop import FINISHED_STATUSES
+from asyncfl.run import tracking
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from asyncfl.studies.sweep.grid import Grid, parse_grid, parse_seeds
 from asyncfl.studies.sweep.run import run_sweep
@@ -28,9 +30,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         seeds = (scenario_mod.load(args.scenario, args.overrides).seed,)
     grid = Grid(Path(args.scenario), tuple(args.overrides), axes, seeds)
     notes: list[str] = []
-    grid.scenarios(notes)  # every point valid before a worker starts
+    points = grid.scenarios(notes)  # every point valid before a worker starts
     for note in notes:
         warn(note)
+    with tracking.sweep_parent(points[0][2] if points else None, Path(args.out).name):  # before the workers start: they inherit it
+        return _run(args, grid, axes)
+
+
+def _run(args: argparse.Namespace, grid: Grid, axes: tuple) -> int:
     display = RunsDisplay("sweep", quiet=args.quiet)
     backend = make_backend(args.workers, args.ray)
 
@@ -43,7 +50,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     finally:
         display.close()
         backend.close()
-    failed = [o for o in result.outcomes if o.status != "completed"]
+    failed = [o for o in result.outcomes if o.status not in FINISHED_STATUSES]
     if not args.quiet:
         console.print(summary_table(result.summary, [a.key for a in axes]))
         say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'summary.csv'}")

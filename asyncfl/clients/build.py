@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from asyncfl.clients.availability import Schedule
-from asyncfl.clients.fleet import Fleet
+from asyncfl.clients.fleet import Fleet, draw_speeds
 from asyncfl.clients.latency import LatencySampler, sampler
+from asyncfl.clients.profiles import ClientProfiles, sample_counts
 from asyncfl.config import scenario as sc
 from asyncfl.config.files import absolute_file
 
@@ -19,18 +20,28 @@ from asyncfl.config.files import absolute_file
 def build_fleet(scenario: sc.Scenario, streams: dict[str, np.random.Generator], task: Any = None) -> Fleet:
     """The latency component's fleet: a replaying fleet (mode ``replay``: the builder is the fleet
     class), a :class:`Fleet` with a fixed job latency per client (``profiles``: the builder maps
-    the scenario and the task to them), or one drawing ``speed × draw`` per job (``draw``); with the
-    population's availability."""
+    the scenario and the task to them), one drawing ``speed × draw`` per job (``draw``), or one
+    asking the model for each job given the client's static profile (``client``); with the
+    population's availability, built from the clients' profiles when it sees its clients. The
+    profiles' speeds are the fleet's own (drawn once from the ``speed`` stream)."""
     latency = scenario.component("latency")
     mode = latency.traits.mode
     if mode == "replay":
         return latency.builder()(scenario, streams)
-    availability = build_availability(scenario, streams)
+    profiles = None
+    if mode == "client" or scenario.component("availability").traits.sees_clients:
+        profiles = ClientProfiles(draw_speeds(scenario.population, streams["speed"]), sample_counts(task))
+    availability = build_availability(scenario, streams, profiles)
+    speeds = None if profiles is None else profiles.speeds
     if mode == "profiles":
         if task is None:
             raise ValueError(f"latency.dist = {scenario.latency.dist!r} needs the task (sample counts and model size)")
-        return Fleet(scenario, streams, job_latency=latency.builder()(scenario, task), availability=availability)
-    return Fleet(scenario, streams, draw=latency_sampler(scenario), availability=availability)
+        return Fleet(scenario, streams, job_latency=latency.builder()(scenario, task), availability=availability, speeds=speeds)
+    if mode == "client":
+        assert profiles is not None
+        return Fleet(scenario, streams, client_draw=sampler(latency.builder(), scenario.latency), profiles=profiles,
+                     availability=availability)
+    return Fleet(scenario, streams, draw=latency_sampler(scenario), availability=availability, speeds=speeds)
 
 
 def latency_sampler(scenario: sc.Scenario) -> LatencySampler:
@@ -38,12 +49,15 @@ def latency_sampler(scenario: sc.Scenario) -> LatencySampler:
     return sampler(scenario.component("latency").builder(), scenario.latency)
 
 
-def build_availability(scenario: sc.Scenario, streams: dict[str, np.random.Generator]) -> Schedule | None:
+def build_availability(scenario: sc.Scenario, streams: dict[str, np.random.Generator],
+                       profiles: ClientProfiles | None = None) -> Schedule | None:
     """The availability component's schedule (None: always online), drawn from the
-    ``availability`` stream."""
-    pop = scenario.population
-    return scenario.component("availability").builder()(
-        scenario.config_of("availability"), pop.clients, streams["availability"], availability_seconds_per_unit(scenario))
+    ``availability`` stream; a model that sees its clients gets their ``profiles``, the others
+    their number."""
+    component = scenario.component("availability")
+    clients = profiles if component.traits.sees_clients else scenario.population.clients
+    return component.builder()(
+        scenario.config_of("availability"), clients, streams["availability"], availability_seconds_per_unit(scenario))
 
 
 def availability_seconds_per_unit(scenario: sc.Scenario) -> float:

@@ -18,13 +18,14 @@ goes offline before its upload arrives drops it. The fleet answers the engine's 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import numpy as np
 
 from asyncfl.clients.availability import Schedule
 from asyncfl.clients.latency import LatencySampler
 from asyncfl.clients.participation import Participation
+from asyncfl.clients.profiles import ClientProfile, ClientProfiles
 
 if TYPE_CHECKING:
     from asyncfl.config import scenario as sc
@@ -77,15 +78,24 @@ class Fleet:
         draw: LatencySampler | None = None,
         job_latency: np.ndarray | None = None,
         availability: Schedule | None = None,
+        client_draw: Callable[[np.random.Generator, ClientProfile], float] | None = None,
+        profiles: ClientProfiles | None = None,
+        speeds: np.ndarray | None = None,
     ) -> None:
-        if (draw is None) == (job_latency is None):
-            raise ValueError("Fleet needs exactly one of draw (a latency model) and job_latency (fixed latencies)")
+        if sum(x is not None for x in (draw, job_latency, client_draw)) != 1:
+            raise ValueError("Fleet needs exactly one of draw (a latency model), job_latency (fixed latencies) "
+                             "and client_draw (a model that sees its client)")
         pop = scenario.population
         self.size = pop.clients
-        self.speeds = draw_speeds(pop, streams["speed"])
+        # the speeds drawn once from the speed stream (given: already drawn for the clients' profiles)
+        self.speeds = profiles.speeds if profiles is not None else speeds if speeds is not None else draw_speeds(pop, streams["speed"])
         self.job_latency = job_latency
         if draw is not None:
             self._draw = draw
+        if client_draw is not None:
+            assert profiles is not None
+            self._client_draw, self.profiles = client_draw, profiles
+            self.latency = self._client_latency  # type: ignore[method-assign]
         self.availability = availability
         self.busy = np.zeros(pop.clients, dtype=bool)
 
@@ -102,6 +112,10 @@ class Fleet:
         if self.job_latency is not None:
             return float(self.job_latency[client])
         return float(self.speeds[client]) * self._draw(rng)
+
+    def _client_latency(self, client: int, now: float, rng: np.random.Generator) -> float:
+        """A model that sees its client: ``draw(cfg, rng, profile_k)``, the job's latency itself."""
+        return float(self._client_draw(rng, self.profiles[client]))
 
     def schedule(self, client: int, now: float, rng: np.random.Generator) -> tuple[float, float]:
         """``(arrival_time, offline_time)`` of a job dispatched to ``client`` at ``now``: the

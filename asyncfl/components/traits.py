@@ -79,19 +79,25 @@ class TaskTraits(Traits):
 @dataclass(frozen=True)
 class LatencyTraits(Traits):
     """How the fleet uses the model: ``"draw"`` — the builder is ``draw(cfg, rng) -> float``,
-    times the client's speed, per job; ``"profiles"`` — the builder gives every client a fixed
+    times the client's speed, per job; ``"client"`` — the builder is ``draw(cfg, rng, client) ->
+    float``, the job's latency itself, given the client's static profile
+    (:class:`asyncfl.clients.profiles.ClientProfile`: index, speed, samples); ``"profiles"`` — the builder gives every client a fixed
     job latency from the task (``build(scenario, task) -> array``, one per client); ``"replay"`` — the
     builder is a whole fleet replaying a recording (``build(scenario, streams) -> Fleet``).
     ``speeds_from``: what the speeds come from when not the population's speed model (then
     ``population.speed_sigma`` and ``slow_fraction`` must be 0)."""
 
-    mode: Literal["draw", "profiles", "replay"] = "draw"
+    mode: Literal["draw", "client", "profiles", "replay"] = "draw"
     speeds_from: str | None = None
 
 
 @dataclass(frozen=True)
 class AvailabilityTraits(Traits):
-    """Availability models have no traits beyond the base."""
+    """``sees_clients``: the builder gets every client's static profile
+    (:class:`asyncfl.clients.profiles.ClientProfiles`) where it otherwise gets their number:
+    ``build(cfg, profiles, rng, seconds_per_unit) -> Schedule | None``."""
+
+    sees_clients: bool = False
 
 
 @dataclass(frozen=True)

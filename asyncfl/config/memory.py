@@ -189,7 +189,7 @@ def population_parts(scenario: Scenario) -> list[Part]:
     permutation, fixed per-client latencies, the participation ledger."""
     pop, n = scenario.population, scenario.population.clients
     per_client = POPULATION_BYTES_PER_CLIENT + 8 * (pop.slow_fraction > 0)
-    per_client += 8 * (scenario.component("latency").traits.mode == "profiles")
+    per_client += 8 * (scenario.component("latency").traits.mode in ("profiles", "client"))  # job latencies; sample counts
     parts = [Part("the population (speeds, busy flags)", n * per_client, ("population.clients",))]
     if one_upload_per_client(scenario):
         parts.append(Part("the participation ledger", n * LEDGER_BYTES_PER_CLIENT, ("population.clients", "privacy.enabled")))

@@ -42,6 +42,8 @@ from asyncfl.components.core import KINDS, Component, Kind
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.config.registries import LATENCIES, TASKS
 from asyncfl.config.server import MAX_LINKS
+from asyncfl.config.stop import StopConfig
+from asyncfl.config.trackers import problems as tracker_problems
 from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
 from asyncfl.errors import ScenarioError
 
@@ -138,6 +140,11 @@ class RunConfig(Section):
     divergence_factor: Annotated[float, Field(gt=1, le=1e12)] = 1e5
     # also log the evaluations to RUN_DIR/tensorboard (optional package: asyncfl[tensorboard])
     tensorboard: bool = False
+    # end the run before run.steps: a metric's target, an ε, virtual-time or wall-clock budget
+    stop: StopConfig | None = None
+    # experiment trackers to log to (docs/run-directory.md §15) and their own keys, by name
+    trackers: Annotated[list[Annotated[str, Field(min_length=1, max_length=300)]], Field(max_length=16)] | None = None
+    tracker: dict[str, dict[str, Any]] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +278,7 @@ def describe_errors(
         elif err["type"] == "missing":
             out.append(f"{name}: required key is missing")
         else:
-            msg = err["msg"].replace("Input should be", "must be")
+            msg = err["msg"].replace("Input should be", "must be").removeprefix("Value error, ")
             out.append(f"{name} = {_fmt(err.get('input'))}: {msg}")
     return out
 
@@ -302,9 +309,22 @@ def _validate_section(cls: type[Section], raw: Any, prefix: str, errors: list[st
     except ValidationError as exc:
         errors.extend(describe_errors(
             exc, lambda loc: ".".join(str(p) for p in (prefix, *loc) if p != ""),
-            lambda loc: list(cls.model_fields), lambda loc: _owners(prefix, str(loc[-1]), named),
+            lambda loc: list(_table_model(cls, loc[:-1]).model_fields), lambda loc: _owners(prefix, str(loc[-1]), named),
         ))
         return None
+
+
+def _table_model(cls: type[Section], loc: tuple) -> type[Section]:
+    """The model of the (nested) table at ``loc`` inside ``cls`` (``run.stop.target``), for the
+    keys an unknown key is compared with; ``cls`` itself where ``loc`` leads to no model."""
+    model: Any = cls
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        inner = [a for a in getattr(field.annotation, "__args__", (field.annotation,)) if isinstance(a, type) and issubclass(a, Section)] if field else []
+        if not inner:
+            return cls
+        model = inner[0]
+    return model
 
 
 _COMPOSED: dict[tuple, type[Section]] = {}
@@ -655,6 +675,9 @@ def _cross_check(sc: Scenario) -> Scenario:
         per_step = sc.server.buffer if parts["protocol"].traits.stale else getattr(sc.server, in_flight_key)
         errors.extend(_work_problems(sc, per_step))
     errors.extend(_privacy_problems(sc))
+    errors.extend(tracker_problems(sc.run.trackers or [], sc.run.tracker))
+    if sc.run.stop is not None and sc.run.stop.epsilon is not None and not sc.privacy.enabled:
+        errors.append(f"run.stop.epsilon = {sc.run.stop.epsilon:g}: an ε budget needs privacy.enabled = true")
     if errors:
         raise ScenarioError(list(dict.fromkeys(errors)))
     return sc

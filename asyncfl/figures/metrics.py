@@ -19,6 +19,7 @@ from typing import Sequence
 
 from asyncfl.config.files import open_limited
 from asyncfl.errors import RunDirError
+from asyncfl.records import task_metrics
 from asyncfl.figures.style import LOG_METRICS, METRIC_LABELS, STEP_LABEL, TIME_LABEL, figure, integer_ticks, save, styled, title
 
 #: the metrics a figure may draw (columns of metrics.csv)
@@ -36,7 +37,7 @@ def series(run_dir: Path) -> dict[str, list[float]]:
     path = run_dir / "metrics.csv"
     if not path.exists():  # anything else (a device, a pipe) is refused by open_limited
         raise RunDirError(f"{run_dir}: no metrics.csv (not a run directory?)")
-    keys = ("step", "time", *PLOTTABLE)
+    keys: tuple[str, ...] = ("step", "time", *PLOTTABLE)
     out: dict[str, list[float]] = {key: [] for key in keys}
     try:
         with io.TextIOWrapper(open_limited(path, MAX_METRICS_BYTES, RunDirError), encoding="utf-8", newline="") as fh:
@@ -45,6 +46,9 @@ def series(run_dir: Path) -> dict[str, list[float]]:
             missing = [key for key in REQUIRED if key not in header]
             if missing:
                 raise RunDirError(f"{path}: no column {', '.join(missing)} in its header (not an asyncfl metrics.csv)")
+            own = task_metrics(k for k in header[:64] if isinstance(k, str) and k.isidentifier())
+            keys = (*keys, *own)  # the task's own metrics (macro_f1, …)
+            out.update({key: [] for key in own})
             present = [key for key in keys if key in header]
             for line, row in enumerate(reader, start=2):
                 for key in keys:
@@ -72,7 +76,7 @@ def run_name(run_dir: Path) -> str:
 
 
 def _has(data: list[dict[str, list[float]]], key: str) -> bool:
-    return any(not all(math.isnan(v) for v in d[key]) for d in data)
+    return any(not all(math.isnan(v) for v in d.get(key, [])) for d in data)
 
 
 @styled
@@ -88,15 +92,16 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
     names = [run_name(r) for r in runs]
     labels = list(labels) if labels else (names if len(set(names)) == len(names) else [r.name for r in runs])
     shown = [text.replace("$", r"\$") for text in labels]  # verbatim: a $ is not read as mathtext
-    if metrics is None:
-        metrics = ["loss"] + [m for m in ("accuracy", "gap") if _has(data, m)]
+    if metrics is None:  # and the task's own metrics, where the runs have them
+        own = dict.fromkeys(m for d in data for m in d if m not in ("step", "time", *PLOTTABLE))
+        metrics = ["loss"] + [m for m in ("accuracy", "gap", *own) if _has(data, m)]
     fig = figure(10, 3.3 * len(metrics) + 0.6)
     axes = fig.subplots(len(metrics), 2, squeeze=False, sharex="col")
     marker = "o" if max(len(d["step"]) for d in data) <= 25 else None  # sparse evaluations: show where they are
     handles: dict[int, object] = {}
     for k, (d, label) in enumerate(zip(data, shown)):
         for i, metric in enumerate(metrics):
-            if all(math.isnan(v) for v in d[metric]):
+            if all(math.isnan(v) for v in d.get(metric, [math.nan])):
                 continue  # e.g. the accuracy of a regression run
             for j, x in enumerate(("step", "time")):
                 (line,) = axes[i][j].plot(d[x], d[metric], label=label, lw=1.4, marker=marker, ms=3)
@@ -104,7 +109,7 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
     for i, metric in enumerate(metrics):
         for j, xlabel in enumerate((STEP_LABEL, TIME_LABEL)):
             ax = axes[i][j]
-            ax.set_ylabel(METRIC_LABELS[metric])
+            ax.set_ylabel(METRIC_LABELS.get(metric, metric))
             if metric in LOG_METRICS and _positive(data, metric):
                 ax.set_yscale("log")
             if metric == "accuracy":
@@ -114,7 +119,7 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
         integer_ticks(axes[i][0].xaxis)
     if len(runs) > 1 or labels != names:  # handles given explicitly: matplotlib drops a label starting with "_"
         axes[0][1].legend([handles[k] for k in sorted(handles)], [shown[k] for k in sorted(handles)], loc="best")
-    what = "learning curves" if len(metrics) > 1 else METRIC_LABELS[metrics[0]]
+    what = "learning curves" if len(metrics) > 1 else METRIC_LABELS.get(metrics[0], metrics[0])
     unique = list(dict.fromkeys(names))
     joined = " vs ".join(unique)
     title(fig, unique[0] if len(unique) == 1 else joined if len(joined) <= 80 else f"{len(unique)} runs", what)

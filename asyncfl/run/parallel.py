@@ -42,12 +42,13 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol
 
 from asyncfl.compute.lifetime import die_with_parent
 from asyncfl.config.scenario import Scenario
+from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import AsyncFLError, NumericalFault, RunDirError, SimulationStalled, UsageError
 from asyncfl.run import runner
 from asyncfl.run.rundir import atomic_write, read_json
 
 #: statuses after which a run is not run again
-FINAL_STATUSES = ("completed", "diverged", "stalled")
+FINAL_STATUSES = (*FINISHED_STATUSES, "diverged", "stalled")
 
 
 class RunJob(NamedTuple):
@@ -524,7 +525,7 @@ def run_jobs(jobs: Iterable[RunJob], backend: Backend,
     def record(outcome: RunOutcome) -> None:
         outcomes[outcome.name] = outcome
         progress.done += 1
-        progress.failed += outcome.status not in ("completed",)
+        progress.failed += outcome.status not in FINISHED_STATUSES
         progress.reused += outcome.reused
         if not outcome.reused:
             progress.run_wall.append(outcome.wall)

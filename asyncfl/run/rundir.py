@@ -61,7 +61,7 @@ LOCK_NAME = ".asyncfl.lock"
 RUN_FILES = (
     "scenario.toml", "updates.csv", "metrics.csv", "counts.npz", "summary.json", "model.pt", "bias.json",
     "checkpoint.pt", "metrics.png", "bias_heatmaps.png", "staleness.png", "privacy.csv", "components.json",
-    "privacy_clients.csv",
+    "privacy_clients.csv", "trackers.json",
 )
 _TEMPORARY = re.compile(r"\.(" + "|".join(re.escape(n) for n in RUN_FILES) + r")\.[A-Za-z0-9_]+")
 

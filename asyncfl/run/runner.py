@@ -24,10 +24,11 @@ import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.scenario import Scenario
+from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
 from asyncfl.privacy import per_client
-from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, tensorboard
+from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, stops, tracking
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
 
@@ -86,17 +87,17 @@ async def run_to_dir(
 ) -> dict[str, Any]:
     """Run ``scenario`` and write its run directory ``out``; returns the summary. The directory
     is locked for the whole run (:class:`~asyncfl.run.rundir.RunLock`)."""
-    if scenario.run.tensorboard:
-        tensorboard.check_available()  # before anything is written
+    trackers = tracking.build(scenario)  # their optional packages checked before anything is written
     rundir.check_out(out, overwrite=overwrite)
     # built first: a scenario refused while building (memory, traces) leaves no directory behind
     sim = simulation if simulation is not None else Simulation(scenario)
+    stops.check_metric(scenario.run.stop, metric_fields(sim))
     path, lock = rundir.prepare(out, overwrite=overwrite)
     with lock:
         writer = rundir.RunWriter(path, metric_fields=metric_fields(sim))
         writer.write_scenario(scenario.to_toml())
         provenance.write(path, scenario, sim.task)
-        return await _drive(sim, writer, on_event, should_stop)
+        return await _drive(sim, writer, on_event, should_stop, trackers)
 
 
 async def _drive(
@@ -104,53 +105,82 @@ async def _drive(
     writer: rundir.RunWriter,
     on_event: Callable[[StepEvent], None] | None,
     should_stop: Callable[[], bool] | None,
+    trackers: dict[str, tracking.Tracker],
 ) -> dict[str, Any]:
     """Drive ``sim`` into ``writer``'s directory: periodic checkpoints, and a final one when the
-    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which."""
+    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which. The
+    trackers log as it goes and are closed whatever happens (:mod:`asyncfl.run.tracking`)."""
     scenario = sim.scenario
     sim.sink = writer
     sim.should_stop = should_stop
     every = scenario.run.checkpoint_every
     writer.write_summary({"name": scenario.name, "status": "running", "steps": sim.steps_done})
-    board = tensorboard.TensorBoardLog(writer.path, sim.steps_done) if scenario.run.tensorboard else None
-    try:
-        async for event in sim.events():
-            if event.metrics is not None:
-                write_counts(sim, writer)
-                if board is not None:
+    board = tracking.TrackerSet.open(scenario, writer.path, sim.steps_done, trackers)
+    watch, stopped = stops.StopWatch(scenario.run.stop), None
+    try:  # the trackers are closed however the run ends
+        events = sim.events()
+        try:
+            async for event in events:
+                if event.metrics is not None:
+                    write_counts(sim, writer)
                     board.on_event(sim, event)
-            if every and event.step % every == 0 and event.step < event.total_steps:
-                save_checkpoint(sim, writer)
-            if on_event is not None:
-                on_event(event)
-    except NumericalFault as exc:
-        # marked with the fault: a driver killed before the summary below is resumed by
-        # finalizing this state as diverged, never by running on past the fault
-        save_checkpoint(sim, writer, fault=str(exc))
-        finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
+                stopped = watch.check(sim, event)
+                if every and event.step % every == 0 and event.step < event.total_steps and stopped is None:
+                    save_checkpoint(sim, writer)
+                if on_event is not None:
+                    on_event(event)
+                if stopped is not None:
+                    break
+            if stopped is not None:  # a stop fired (docs/run-directory.md §14): the jobs in flight are cancelled
+                await events.aclose()
+                await sim.aclose()
+        except NumericalFault as exc:
+            # marked with the fault: a driver killed before the summary below is resumed by
+            # finalizing this state as diverged, never by running on past the fault
+            save_checkpoint(sim, writer, fault=str(exc))
+            finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
+            raise
+        except SimulationStalled as exc:
+            finalize(sim, writer, "stalled", {"error": str(exc)})
+            raise
+        except RunInterrupted:
+            save_checkpoint(sim, writer)
+            await sim.aclose()
+            finalize(sim, writer, "interrupted", {"checkpoint": CHECKPOINT_NAME})
+            raise
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            finalize(sim, writer, "interrupted")  # mid-event: the last checkpoint (if any) stays valid
+            raise
+        except rundir.WriteError as exc:  # a full disk: nothing more can be written, the files so far stay
+            ck = writer.path / CHECKPOINT_NAME
+            last = "" if writer.checkpoint_step is None else f" of server step {writer.checkpoint_step}"
+            kept = (f"its last checkpoint{last} ({ck}) is intact: make room, then 'asyncfl resume {writer.path}'"
+                    if ck.exists() else f"it has no checkpoint yet: make room, then 'asyncfl resume {writer.path}' restarts it")
+            raise rundir.WriteError(f"{exc}; the run stopped after server step {sim.steps_done}, {kept}") from None
+        finally:
+            writer.close()
+    except BaseException:
+        _close_trackers(board, writer)
         raise
-    except SimulationStalled as exc:
-        finalize(sim, writer, "stalled", {"error": str(exc)})
-        raise
-    except RunInterrupted:
-        save_checkpoint(sim, writer)
-        await sim.aclose()
-        finalize(sim, writer, "interrupted", {"checkpoint": CHECKPOINT_NAME})
-        raise
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        finalize(sim, writer, "interrupted")  # mid-event: the last checkpoint (if any) stays valid
-        raise
-    except rundir.WriteError as exc:  # a full disk: nothing more can be written, the files so far stay
-        ck = writer.path / CHECKPOINT_NAME
-        last = "" if writer.checkpoint_step is None else f" of server step {writer.checkpoint_step}"
-        kept = (f"its last checkpoint{last} ({ck}) is intact: make room, then 'asyncfl resume {writer.path}'"
-                if ck.exists() else f"it has no checkpoint yet: make room, then 'asyncfl resume {writer.path}' restarts it")
-        raise rundir.WriteError(f"{exc}; the run stopped after server step {sim.steps_done}, {kept}") from None
-    finally:
-        writer.close()
-        if board is not None:
-            board.close()
-    return finalize(sim, writer, "completed")
+    summary = finalize(sim, writer, stops.STOPPED, {"stop": stopped}) if stopped is not None else finalize(sim, writer, "completed")
+    return _close_trackers(board, writer, summary)
+
+
+def _close_trackers(board: tracking.TrackerSet, writer: rundir.RunWriter, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Close the run's trackers with its status (the summary written last, else the one on
+    disk) and record in ``summary.json`` any that failed (``tracker_errors``)."""
+    if not board.trackers:
+        return summary or {}
+    if summary is None:
+        try:
+            summary = rundir.read_json(writer.path / "summary.json")
+        except RunDirError:
+            summary = {}
+    errors = {name: result for name, result in board.close(str(summary.get("status", "failed"))).items() if result != "ok"}
+    if errors and summary:
+        summary = {**summary, "tracker_errors": errors}
+        writer.write_summary(summary)
+    return summary
 
 
 def save_checkpoint(sim: Simulation, writer: rundir.RunWriter, fault: str | None = None) -> None:
@@ -217,7 +247,7 @@ def inspect_run_dir(path: str | Path) -> ResumePlan:
             raise RunDirError(f"{path}: cannot be rebuilt, nothing was changed:\n" + "\n".join(f"  - {p}" for p in gone)) from None
         raise RunDirError(f"{path}: its scenario.toml is not valid:\n" + "\n".join(f"  - {p}" for p in exc.problems)) from None
     state = None
-    if status not in ("completed", "diverged", "stalled") and (path / CHECKPOINT_NAME).exists():
+    if status not in ("completed", stops.STOPPED, "diverged", "stalled") and (path / CHECKPOINT_NAME).exists():
         state = checkpoint.read(path / CHECKPOINT_NAME)
         if state.scenario_toml != scenario.to_toml():
             raise CheckpointError(f"{path / CHECKPOINT_NAME}: written for another scenario than {toml_path} (edited after the run started?)")
@@ -233,6 +263,7 @@ class ResumeReady:
     sim: Simulation
     prefixes: dict[str, rundir.CsvPrefix]
     accepted: list[provenance.CodeChange]
+    trackers: dict[str, tracking.Tracker]
 
 
 def prepare_resume(
@@ -252,12 +283,11 @@ def prepare_resume(
         inspect_run_dir(path)  # the message for a missing directory
     plan = inspect_run_dir(path)
     rundir.RunLock.check(plan.path)  # in use by another process: said before anything else
-    if plan.status == "completed":
-        raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
+    if plan.status in FINISHED_STATUSES:  # completed, or a stop fired: nothing to do
+        raise AlreadyCompleted(f"{plan.path}: the run is already {plan.status}; nothing to resume")
     if plan.status in ("diverged", "stalled"):
         raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
-    if plan.scenario.run.tensorboard:
-        tensorboard.check_available()
+    trackers = tracking.build(plan.scenario)  # their optional packages checked before anything is touched
     _refuse(plan, provenance.origin_problems(plan.components, plan.scenario))
     changes = provenance.code_changes(plan.components, plan.scenario)
     if changes and not accept_changed_code:
@@ -265,6 +295,7 @@ def prepare_resume(
                 "if you changed it on purpose, resume with --accept-changed-code (recorded in components.json)")
     sim = Simulation(plan.scenario, **(simulation_kwargs or {}))  # refused (memory, traces) before a file is touched
     _refuse(plan, provenance.data_problems(plan.components, plan.scenario, sim.task))
+    stops.check_metric(plan.scenario.run.stop, metric_fields(sim))
     prefixes: dict[str, rundir.CsvPrefix] = {}
     ck = plan.checkpoint
     if ck is not None:
@@ -277,7 +308,7 @@ def prepare_resume(
         if problems:
             listed = "\n".join(f"  - {p}" for p in problems)
             raise CheckpointError(f"{ck.path}: does not fit {plan.path / 'scenario.toml'} and its run directory; nothing was changed:\n{listed}")
-    return ResumeReady(plan, sim, prefixes, changes)
+    return ResumeReady(plan, sim, prefixes, changes, trackers)
 
 
 async def resume_prepared(
@@ -302,7 +333,7 @@ async def resume_prepared(
             for name in OUTPUTS:
                 (plan.path / name).unlink(missing_ok=True)
             writer = rundir.RunWriter(plan.path, metric_fields=metric_fields(sim))
-            return await _drive(sim, writer, on_event, should_stop)
+            return await _drive(sim, writer, on_event, should_stop, ready.trackers)
         ck = plan.checkpoint
         sim.restore(ck.state)
         _remove_temporaries(plan.path)
@@ -320,7 +351,7 @@ async def resume_prepared(
             finally:
                 writer.close()
             raise NumericalFault(ck.fault)
-        return await _drive(sim, writer, on_event, should_stop)
+        return await _drive(sim, writer, on_event, should_stop, ready.trackers)
 
 
 async def resume_dir(

@@ -31,6 +31,7 @@ import numpy as np
 from asyncfl.errors import ScenarioError
 from asyncfl.run.rundir import atomic_write
 from asyncfl.records import StepEvent
+from asyncfl.run.tracker_base import Start, Tracker
 from asyncfl.sim.engine import num_staleness
 
 DIRNAME = "tensorboard"
@@ -117,3 +118,27 @@ def drop_after(folder: Path, step: int) -> None:
             continue
         if changed:
             atomic_write(path, lambda p, body=b"".join(kept): p.write_bytes(body))
+
+
+class TensorBoardTracker(Tracker):
+    """``run.trackers = ["tensorboard"]`` (or ``run.tensorboard = true``): :class:`TensorBoardLog`
+    as a tracker (asyncfl.run.tracking); it rewrites its own event files on resume."""
+
+    rewrites_on_resume = True
+
+    def __init__(self, keys: Any = None) -> None:
+        super().__init__(keys)
+        check_available()
+        self.board: TensorBoardLog | None = None
+
+    def start(self, start: Start) -> None:
+        self.board = TensorBoardLog(start.run_dir, start.start_step)
+
+    def on_event(self, sim: Any, event: StepEvent) -> None:
+        assert self.board is not None
+        self.board.on_event(sim, event)
+
+    def finish(self, status: str) -> None:
+        if self.board is not None:
+            self.board.close()
+

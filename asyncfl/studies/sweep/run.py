@@ -28,7 +28,9 @@ from typing import Any, Callable
 
 import tomli_w
 
+from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import AsyncFLError, RunDirError, UsageError
+from asyncfl.records import task_metrics
 from asyncfl.figures.metrics import plot_metrics
 from asyncfl.run import outdir
 from asyncfl.run.bias_report import own_bias
@@ -42,6 +44,8 @@ SPEC_NAME = "sweep.toml"
 SPEC_VERSION = 1
 #: bias.json key of the bias each server rule is measured by (its own A)
 METRICS = ("loss", "accuracy", "train_loss", "virtual_time", "wall_time", "bias", "epsilon")
+#: the key of a results row listing the task's own metrics it holds (not a column)
+OWN = "_task_metrics"
 FIXED = ("name", "seed", "status", "message", "steps", "loss", "accuracy", "train_loss", "virtual_time",
          "wall_time", "updates_per_second", "bias", "bias_none", "bias_momentum", "bias_ma_full", "bias_ma_light",
          "epsilon", "run_dir")
@@ -122,6 +126,7 @@ def result_row(outcome: RunOutcome, values: dict[str, Any], seed: int, sweep_dir
         "message": outcome.message or str(s.get("error", "")), "steps": s.get("steps"),
         "loss": final.get("loss"), "accuracy": final.get("accuracy"), "train_loss": final.get("train_loss"),
         "virtual_time": s.get("virtual_time"), "wall_time": s.get("wall_time"), "updates_per_second": s.get("updates_per_second"),
+        **{m: final.get(m) for m in task_metrics(final)}, OWN: tuple(task_metrics(final)),  # the task's own (macro_f1, …)
         "bias": _own_bias(outcome.out, bias),
         **{f"bias_{k}": bias.get(k, math.nan) for k in ("none", "momentum", "ma_full", "ma_light")},
         "epsilon": privacy.get("epsilon_spent", math.nan),
@@ -150,21 +155,27 @@ def _own_bias(out: Path, bias: dict[str, float]) -> float:
     return own_bias(scenario, bias)
 
 
+def own_metrics(rows: list[dict[str, Any]]) -> list[str]:
+    """The task's own metrics the rows hold (``results.csv`` columns after ``accuracy``), in order."""
+    return list(dict.fromkeys(m for r in rows for m in r.get(OWN, ())))
+
+
 def summary_rows(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
-    """Per grid point (the varied keys, seeds pooled): runs, completed, and each metric's
-    mean and 95 % CI half-width over the completed runs."""
+    """Per grid point (the varied keys, seeds pooled): runs, completed, and each metric's — the
+    task's own too — mean and 95 % CI half-width over the completed runs."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
+    own = [m for m in own_metrics(rows) if m not in keys]
     for row in rows:
         groups.setdefault(tuple(repr(row[k]) for k in keys), []).append(row)
     out = []
     for members in groups.values():
-        done = [r for r in members if r["status"] == "completed"]
+        done = [r for r in members if r["status"] in FINISHED_STATUSES]
         summary = {k: members[0][k] for k in keys}
         summary.update(runs=len(members), completed=len(done),
                        not_completed="; ".join(f"seed {r['seed']} {r['status']}: {_short(r['message'])}"
-                                               for r in members if r["status"] != "completed"))
-        for metric in METRICS:
-            ci = mean_ci(_num(r[metric]) for r in done)
+                                               for r in members if r["status"] not in FINISHED_STATUSES))
+        for metric in (*METRICS, *own):
+            ci = mean_ci(_num(r.get(metric)) for r in done)
             summary[f"{metric}_mean"], summary[f"{metric}_ci95"] = ci.mean, ci.half
         out.append(summary)
     return out
@@ -252,8 +263,10 @@ def run_sweep(grid: Grid, out: Path, backend: Backend, extend: bool = False,
 def _tables(grid: Grid, scenarios: list, outcomes: list[RunOutcome], out: Path) -> SweepResult:
     keys = [a.key for a in grid.axes]
     rows = [result_row(o, dict(point.values), point.seed, out) for o, (_, point, _) in zip(outcomes, scenarios)]
-    write_table(out / "results.csv", rows, [*keys, *FIXED])
+    own = [m for m in own_metrics(rows) if m not in keys]
+    at = FIXED.index("accuracy") + 1
+    write_table(out / "results.csv", rows, [*keys, *FIXED[:at], *own, *FIXED[at:]])
     summary = summary_rows(rows, keys)
-    write_table(out / "summary.csv", summary, [*keys, "runs", "completed", *(f"{m}_{s}" for m in METRICS for s in ("mean", "ci95")),
-                                              "not_completed"])
+    write_table(out / "summary.csv", summary, [*keys, "runs", "completed",
+                                              *(f"{m}_{s}" for m in (*METRICS, *own) for s in ("mean", "ci95")), "not_completed"])
     return SweepResult(rows, summary, outcomes)
