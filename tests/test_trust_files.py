@@ -1,0 +1,160 @@
+"""Issue 32, item 6: files received from someone else are data, never orders — as a specification.
+
+* An ownership record (``.asyncfl-owner.json``) lists the run directories a command made; it is
+  believed only where it names folders under the output folder's own ``runs/``. A record naming
+  anything else (an absolute path, ``..``, a symbolic link leading outside, a path not under
+  ``runs/``) is refused naming it, exit 2, and nothing is removed.
+* ``--overwrite`` replaces a folder of the same command made from another spec, whatever the
+  depth of its run directories.
+* ``--extend`` and every reuse of a finished run compare the run's fully resolved scenario and the
+  asyncfl that made it with what this command would run, never the spec's text alone.
+* Study specs and reports refuse what they cannot mean (repeated seeds, non-numbers, text that is
+  not UTF-8, a device or a pipe as the spec) with one message, exit 2.
+* Readers of run, sweep and study directories read only regular files, within a size bound, and
+  report every damaged file as a RunDirError naming it.
+
+Every command runs as the user runs it (``python -m …`` in a subprocess, with a timeout: a hang is
+a failure) and must exit with the stated code and print no traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from conftest import make_raw
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*args: object, timeout: float = 120, cwd: Path = REPO) -> tuple[int, str]:
+    """``python ARGS`` with this checkout first on the path: (exit code, stdout + stderr); never a
+    traceback."""
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output, output
+    return done.returncode, output
+
+
+def asyncfl(*args: object, **kw) -> tuple[int, str]:
+    return run("-m", "asyncfl", *args, **kw)
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` (relative path → digest)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(folder).rglob("*")) if p.is_file() and p.name != ".asyncfl.lock"}
+
+
+@pytest.fixture
+def scenario_file(tmp_path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(tomli_w.dumps(make_raw(**{"run.steps": 6, "run.eval_every": 3})))
+    return path
+
+
+@pytest.fixture
+def sentinel(tmp_path) -> Path:
+    """A directory outside every output folder, with a file in it: it must survive everything."""
+    folder = tmp_path / "precious"
+    (folder / "deep").mkdir(parents=True)
+    (folder / "deep" / "thesis.tex").write_text("years of work")
+    (folder / "notes.txt").write_text("do not delete")
+    return folder
+
+
+def crafted(folder: Path, kind: str, runs: list[str]) -> Path:
+    """A folder whose ownership record says ``kind``'s command made it (from another spec) and
+    that the run directories ``runs`` are its own."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ".asyncfl-owner.json").write_text(json.dumps(
+        {"version": 1, "kind": kind, "command": "someone else's", "spec_sha256": "0" * 64, "runs": runs}))
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# An ownership record is data, not an order
+def hostile_records(tmp_path: Path, sentinel: Path) -> list[tuple[list[str], str]]:
+    """Records naming something outside the folder's runs/, each with a word of its refusal."""
+    return [
+        ([str(sentinel)], "not a relative path"),                                   # an absolute path
+        ([f"runs/../../{sentinel.name}"], "'..'"),                                    # climbing out
+        (["runs/link"], "symbolic link"),                                             # a link leading outside
+        (["runs/link/deep"], "symbolic link"),                                        # through a link
+        (["results.csv"], "not under runs/"),                                         # not a run directory
+        ([".."], "'..'"),
+        ([7], "not a path"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_overwrite_refuses_a_record_naming_anything_outside_its_runs(tmp_path, sentinel, case):
+    from asyncfl.errors import RunDirError
+    from asyncfl.run import outdir
+
+    runs, phrase = hostile_records(tmp_path, sentinel)[case]
+    out = crafted(tmp_path / "received", "sweep", runs)
+    (out / "runs").mkdir()
+    (out / "runs" / "link").symlink_to(sentinel, target_is_directory=True)
+    outside, inside = snapshot(sentinel), snapshot(out)
+    with pytest.raises(RunDirError, match="nothing was removed") as refused:
+        outdir.claim(out, "sweep", "asyncfl sweep", "1" * 64, overwrite=True)
+    assert phrase in str(refused.value) and ".asyncfl-owner.json" in str(refused.value)
+    assert snapshot(sentinel) == outside and snapshot(out) == inside
+
+
+def test_sweep_overwrite_refuses_a_record_naming_a_directory_outside_out(scenario_file, tmp_path, sentinel):
+    out = crafted(tmp_path / "received", "sweep", [str(sentinel), "runs/link"])
+    (out / "runs").mkdir()
+    (out / "runs" / "link").symlink_to(sentinel, target_is_directory=True)
+    outside, inside = snapshot(sentinel), snapshot(out)
+    code, output = asyncfl("sweep", scenario_file, "--out", out, "--overwrite", "--workers", "1", "--quiet")
+    assert code == 2 and str(sentinel) in output and "nothing was removed" in output, output
+    assert snapshot(sentinel) == outside and snapshot(out) == inside
+
+
+def test_review_overwrite_refuses_a_record_naming_a_directory_outside_out(tmp_path, sentinel):
+    out = crafted(tmp_path / "received", "ma-review", [str(sentinel)])
+    (out / "results.csv").write_text("task\n")
+    outside = snapshot(sentinel)
+    code, output = run("-m", "analysis.ma_review", REPO / "analysis" / "ma_review_ci.toml", "--out", out, "--overwrite", "--quiet")
+    assert code == 2 and str(sentinel) in output and "nothing was removed" in output, output
+    assert snapshot(sentinel) == outside and (out / "results.csv").is_file()
+
+
+def test_overwrite_replaces_a_folder_of_the_same_command_made_from_another_spec(tmp_path):
+    """The folder rule: --overwrite removes that command's own files, its run directories at any
+    depth (a study's runs/TASK/PRIVACY/K/METHOD/…) and the folders left empty between them."""
+    import analysis.ma_review.run  # noqa: F401  (registers the review's kind of folder)
+    from asyncfl.run import outdir
+
+    nested = "runs/gaussian/none/K5/fedbuff-sgd/lr2/T12-s0"
+    out = crafted(tmp_path / "review", "ma-review", [nested, "runs/gaussian/none/K5/fedbuff-sgd/lr4/T12-s0"])
+    for rel in (nested, "runs/gaussian/none/K5/fedbuff-sgd/lr4/T12-s0"):
+        (out / rel).mkdir(parents=True)
+        (out / rel / "scenario.toml").write_text("name = 'x'\n")
+        (out / rel / "summary.json").write_text("{}")
+    (out / "results.csv").write_text("task\n")
+    (out / "report.md").write_text("# old\n")
+    owned = outdir.claim(out, "ma-review", "python -m analysis.ma_review", "1" * 64, overwrite=True)
+    owned.release()
+    assert sorted(p.name for p in out.iterdir()) == [".asyncfl-owner.json"]
+    # a run directory of the command holding a file it does not write is still refused, touching nothing
+    out2 = crafted(tmp_path / "review2", "ma-review", [nested])
+    (out2 / nested).mkdir(parents=True)
+    (out2 / nested / "scenario.toml").write_text("name = 'x'\n")
+    (out2 / nested / "mine.txt").write_text("mine")
+    (out2 / "runs" / "gaussian" / "stray.txt").write_text("mine")
+    before = snapshot(out2)
+    with pytest.raises(Exception, match="nothing was removed") as refused:
+        outdir.claim(out2, "ma-review", "python -m analysis.ma_review", "1" * 64, overwrite=True)
+    assert "mine.txt" in str(refused.value) and "stray.txt" in str(refused.value)
+    assert snapshot(out2) == before
