@@ -158,3 +158,110 @@ def test_overwrite_replaces_a_folder_of_the_same_command_made_from_another_spec(
         outdir.claim(out2, "ma-review", "python -m analysis.ma_review", "1" * 64, overwrite=True)
     assert "mine.txt" in str(refused.value) and "stray.txt" in str(refused.value)
     assert snapshot(out2) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers: a damaged or hostile run directory is a RunDirError naming the file, never a hang
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    from asyncfl.run.runner import run_to_dir_blocking
+    from conftest import make_scenario
+
+    out = tmp_path / "run"
+    run_to_dir_blocking(make_scenario({"run.steps": 6, "run.eval_every": 3}), out)
+    return out
+
+
+def npy(shape: tuple, payload: bytes, descr: str = "<i8") -> bytes:
+    """An npy member whose header claims ``shape`` over ``payload`` (written by hand: numpy
+    refuses to write a negative shape)."""
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buf.getvalue() + payload
+
+
+def rewrite_counts(run: Path, members: dict[str, bytes]) -> None:
+    """``counts.npz`` with some members replaced (the others kept as the run wrote them)."""
+    import zipfile
+
+    path = run / "counts.npz"
+    with zipfile.ZipFile(path) as old:
+        kept = {n: old.read(n) for n in old.namelist()}
+    kept.update(members)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as new:
+        for name, data in kept.items():
+            new.writestr(name, data)
+
+
+def test_an_array_of_negative_shape_is_a_run_dir_error_naming_the_file(run_dir):
+    from asyncfl import load_run
+    from asyncfl.errors import RunDirError
+
+    rewrite_counts(run_dir, {"step_time.npy": npy((-1, -2), b"\0" * 16)})
+    with pytest.raises(RunDirError, match=r"counts\.npz.*step_time.*\(-1, -2\)"):
+        load_run(run_dir).arrays
+
+
+def test_sparse_counts_claiming_2_to_the_35_rows_are_refused_before_allocating(run_dir):
+    import numpy as np
+
+    from asyncfl import load_run
+    from asyncfl.errors import RunDirError
+
+    def member(array):
+        return npy(array.shape, array.astype("<i8").tobytes())
+
+    del_dense = {"by_staleness_entries.npy": member(np.array([[1, 0, 1]])),
+                 "by_staleness_shape.npy": member(np.array([2 ** 35, 4]))}
+    import zipfile
+    path = run_dir / "counts.npz"
+    with zipfile.ZipFile(path) as old:
+        kept = {n: old.read(n) for n in old.namelist() if n != "by_staleness.npy"}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as new:
+        for name, data in {**kept, **del_dense}.items():
+            new.writestr(name, data)
+    run = load_run(run_dir)
+    assert run.staleness.steps == 2 ** 35  # the entries themselves are small and readable
+    for read in (run.counts, run.W):
+        with pytest.raises(RunDirError, match=r"counts\.npz.*more than this machine's memory"):
+            read()
+
+
+PROBE = """
+import sys
+from asyncfl import load_run
+from asyncfl.errors import RunDirError
+for folder in sys.argv[1:]:
+    run = load_run(folder)
+    for what in ("status", "metrics", "updates", "evaluations", "model", "staleness"):
+        try:
+            value = getattr(run, what)
+            value() if callable(value) else value
+        except RunDirError as exc:
+            print("RunDirError:", exc)
+"""
+
+PIPED = ("summary.json", "metrics.csv", "updates.csv", "model.pt", "counts.npz")
+
+
+def test_a_pipe_in_place_of_a_run_file_is_refused_without_blocking(run_dir, tmp_path):
+    """Each file a reader opens, replaced by a FIFO with no writer: refused by name at once."""
+    import shutil
+
+    folders = []
+    for name in PIPED:
+        folder = tmp_path / f"piped-{name}"
+        shutil.copytree(run_dir, folder)
+        (folder / name).unlink()
+        os.mkfifo(folder / name)
+        folders.append(folder)
+    code, output = run("-c", PROBE, *folders, timeout=60)
+    assert code == 0, output
+    for folder, name in zip(folders, PIPED):
+        assert f"{folder / name}: not a regular file" in output, output
+    code, output = asyncfl("compare", folders[0], timeout=60)
+    assert code == 2 and "summary.json: not a regular file" in output, output
