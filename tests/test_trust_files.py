@@ -265,3 +265,98 @@ def test_a_pipe_in_place_of_a_run_file_is_refused_without_blocking(run_dir, tmp_
         assert f"{folder / name}: not a regular file" in output, output
     code, output = asyncfl("compare", folders[0], timeout=60)
     assert code == 2 and "summary.json: not a regular file" in output, output
+
+
+# ---------------------------------------------------------------------------------------------
+# Study specs and reports: what a spec or a table cannot mean is refused, exit 2, naming the field
+REVIEW_CI = REPO / "analysis" / "ma_review_ci.toml"
+XI_CI = REPO / "analysis" / "privacy_sweep" / "xi_study_ci.toml"
+
+
+def in_process(capsys, script: str, *args: object) -> tuple[int, str]:
+    """``python -m analysis.SCRIPT ARGS`` in this process (the study scripts' ``main``)."""
+    import importlib
+
+    code = importlib.import_module(f"analysis.{script}.__main__").main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err, out + err
+    return code, out + err
+
+
+def edited(tmp_path: Path, source: Path, **changes: object) -> Path:
+    import tomllib
+
+    raw = {**tomllib.loads(source.read_text(encoding="utf-8")), **changes}
+    path = tmp_path / f"edited-{source.name}"
+    path.write_text(tomli_w.dumps(raw), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("changes, phrase", [
+    ({"seeds": [1, 0, 1]}, "seeds: 1 given twice"),
+    ({"tuning_seeds": [8, 8]}, "tuning_seeds: 8 given twice"),
+    ({"seeds": list(range(99)), "tuning_seeds": [200, 201]}, "101 seeds together; at most 100"),
+])
+def test_review_check_refuses_seeds_that_cannot_mean_distinct_runs(tmp_path, capsys, changes, phrase):
+    code, output = in_process(capsys, "ma_review", edited(tmp_path, REVIEW_CI, **changes), "--out", tmp_path / "o", "--check")
+    assert code == 2 and phrase in output, output
+    assert not (tmp_path / "o").exists()
+
+
+def test_xi_study_refuses_repeated_tuning_seeds_before_running_anything(tmp_path, capsys):
+    code, output = in_process(capsys, "privacy_sweep.study", "run", edited(tmp_path, XI_CI, tuning_seeds=[5, 77, 5]),
+                              "--out", tmp_path / "o")
+    assert code == 2 and "tuning_seeds" in output and "5 given twice" in output, output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_spec_that_is_not_utf8_text_or_not_a_regular_file_is_refused_by_name(tmp_path):
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(REVIEW_CI.read_bytes() + "# café\n".encode("latin-1"))
+    xi_latin = tmp_path / "xi-latin.toml"
+    xi_latin.write_bytes(XI_CI.read_bytes() + "# café\n".encode("latin-1"))
+    fifo = tmp_path / "spec.toml"
+    os.mkfifo(fifo)
+    for spec, phrase in ((latin, "not UTF-8 text (save it as UTF-8)"), ("/dev/zero", "not a regular file"), (fifo, "not a regular file")):
+        code, output = run("-m", "analysis.ma_review", spec, "--out", tmp_path / "o", "--check", timeout=60)
+        assert code == 2 and str(spec) in output and phrase in output, output
+        code, output = run("-m", "analysis.privacy_sweep.study", "run", spec, "--out", tmp_path / "o", timeout=60)
+        assert code == 2 and str(spec) in output and phrase in output, output
+    assert not (tmp_path / "o").exists()
+
+
+def test_collect_without_the_references_tuning_runs_is_refused(tmp_path, capsys):
+    from analysis.ma_review.design import load_review
+    from analysis.ma_review.run import COMMAND, KIND
+    from asyncfl.run import outdir
+
+    empty = tmp_path / "nothing"
+    code, output = in_process(capsys, "ma_review", REVIEW_CI, "--out", empty, "--collect", "--quiet")
+    assert code == 2 and "holds no python -m analysis.ma_review folder to collect" in output and not empty.exists()
+    started = tmp_path / "started"  # a review whose runs have not finished: no target can be fixed
+    outdir.claim(started, KIND.name, COMMAND, load_review(REVIEW_CI).digest()).release()
+    before = snapshot(started)
+    code, output = in_process(capsys, "ma_review", REVIEW_CI, "--out", started, "--collect", "--quiet")
+    assert code == 2 and "has no target yet" in output and "sync-momentum" in output, output
+    assert snapshot(started) == before
+
+
+@pytest.mark.parametrize("line, phrase", [
+    ("gaussian,four", "column K is 'four', not an integer"),
+    ("caf\xe9,4", "not UTF-8 text"),
+])
+def test_a_report_over_a_damaged_results_csv_is_refused_naming_the_line(tmp_path, capsys, line, phrase):
+    review = tmp_path / "review"
+    review.mkdir()
+    (review / "results.csv").write_bytes(f"task,K\n{line}\n".encode("latin-1"))
+    (review / "tuning.csv").write_text("task,K\n")
+    code, output = in_process(capsys, "ma_review", "report", "--out", review)
+    assert code == 2 and "results.csv" in output and phrase in output, output
+    xi = tmp_path / "xi"
+    xi.mkdir()
+    header = "run_dir,task,role,stage,status,step,accuracy,wall_time,steps,K"
+    (xi / "results.csv").write_bytes(f"{header}\nruns/a,{line.split(',')[0]},study,xi,completed,0,0.5,1.0,10,{line.split(',')[1]}\n"
+                                     .encode("latin-1"))
+    code, output = in_process(capsys, "privacy_sweep.study", "report", xi)
+    assert code == 2 and "results.csv" in output and phrase in output, output
+    assert sorted(p.name for p in xi.iterdir()) == ["results.csv"]

@@ -94,7 +94,7 @@ def read_text_limited(path: str | Path, limit: int, fail: Fail) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise fail(f"{path}: not UTF-8 text") from None
+        raise fail(f"{path}: not UTF-8 text (save it as UTF-8)") from None
 
 
 def open_text_limited(path: str | Path, limit: int, fail: Fail) -> TextIO:
