@@ -360,3 +360,88 @@ def test_a_report_over_a_damaged_results_csv_is_refused_naming_the_line(tmp_path
     code, output = in_process(capsys, "privacy_sweep.study", "report", xi)
     assert code == 2 and "results.csv" in output and phrase in output, output
     assert sorted(p.name for p in xi.iterdir()) == ["results.csv"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Privacy: the correlated-noise set-up scales to T = k = 6000
+def _old_best_separated_sum(values, k, b):
+    """The scalar dynamic programme the vectorised one replaced (the independent computation)."""
+    import numpy as np
+
+    T = values.size
+    best = np.zeros((k + 1, T + b + 1))
+    for j in range(1, k + 1):
+        for t in range(T - 1, -1, -1):
+            best[j, t] = max(best[j, t + 1], values[t] + best[j - 1, t + b])
+    return float(best[k, 0])
+
+
+def test_the_exact_sensitivity_programme_equals_the_scalar_loop():
+    import numpy as np
+
+    from asyncfl.privacy.factorization import _best_separated_sum
+
+    rng = np.random.default_rng(32)
+    checked = 0
+    for T in (1, 2, 5, 13, 40):
+        for k in (1, 2, 3, 7, 50):
+            for b in (1, 2, 3, 8):
+                for values in (rng.random(T), rng.exponential(size=T) * (rng.random(T) < 0.5), np.ones(T)):
+                    assert _best_separated_sum(values, k, b) == pytest.approx(_old_best_separated_sum(values, k, b), rel=1e-12, abs=1e-12)
+                    checked += 1
+    assert checked == 5 * 5 * 4 * 3
+
+
+def test_the_optimisers_pattern_sum_equals_the_term_by_term_sum():
+    import numpy as np
+    import torch
+
+    from asyncfl.privacy.factorization import DIRECT_TERMS, _pattern_sum, _pattern_sum_t
+
+    rng = np.random.default_rng(6000)
+    for T, terms, b in ((300, 100, 1), (300, 65, 3), (301, 200, 2), (1000, 400, 7), (90, 90, 1)):
+        assert terms > DIRECT_TERMS or T < DIRECT_TERMS
+        col = np.sort(rng.random(T))[::-1].copy()
+        fast = _pattern_sum_t(torch.as_tensor(col), T, terms, b).numpy()
+        assert np.allclose(fast, _pattern_sum(col, T, terms, b), rtol=1e-12, atol=1e-12)
+
+
+def test_the_correlated_noise_set_up_at_t_equal_k_6000_is_quick():
+    """Banded noise (one band, b = 1) under k = T = 6000 participations: the exact sensitivity of
+    a run whose every client may join every step is √T = √6000 (the all-ones pattern summed)."""
+    import math
+    import time
+
+    from asyncfl.components.registry import REGISTRY
+    from asyncfl.config.scenario import composed
+    from asyncfl.privacy.aggregator import build_privacy
+
+    cls = composed("privacy", tuple(REGISTRY.get(kind, name) for kind, name in (
+        ("sampling", "participation-cap"), ("accountant", "pld"), ("counts", "project"), ("noise", "banded"))))
+    cfg = cls(enabled=True, epsilon=2.0, gamma=0.2, sampling="participation-cap", max_participations=6000,
+              min_separation=1, noise="banded", noise_bands=1, noise_workload="prefix")
+    start = time.perf_counter()
+    setup, _ = build_privacy(cfg, 5, 100, 6000, 10, 0.5)
+    assert time.perf_counter() - start < 20
+    assert setup.strategy_sensitivity == pytest.approx(math.sqrt(6000), rel=1e-12)
+
+
+def test_feddr_with_a_group_larger_than_the_model_runs_as_one_group(tmp_path, capsys):
+    """``server.group_size = 5e8`` on the 610 parameters of a 60-feature, 10-class logistic
+    regression: one group, the whole model — the same run, to the bit, as ``group_size = 610``."""
+    import torch
+
+    from asyncfl.cli.main import main
+
+    models = []
+    for size in (500_000_000, 610):
+        out = tmp_path / f"g{size}"
+        code = main(["run", str(REPO / "tests" / "golden" / "sync_feddr.toml"), "--out", str(out), "--quiet",
+                     "--set", 'server.regularizer="group-lasso"', "--set", "server.reg=0.01",
+                     "--set", f"server.group_size={size}", "--set", "run.steps=4", "--set", "run.eval_every=2",
+                     "--set", "run.train_loss=false"])
+        output = "".join(capsys.readouterr())
+        assert code == 0 and "Traceback" not in output, output
+        models.append(torch.load(out / "model.pt", weights_only=True))
+    assert sum(t.numel() for t in models[0].values()) == 610
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
