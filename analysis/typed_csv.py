@@ -1,4 +1,4 @@
-"""Reading a study's CSV table back, typed (docs/studies.md, "Reports from the tables alone").
+"""Reading a study's CSV table back, typed (docs/ma-review.md, the commands; docs/privacy.md, the ξ study).
 
 A report is regenerated from the tables a study wrote (``results.csv``, ``tuning.csv``, …), which
 travel between people and get edited by hand. :func:`read_typed` reads one as data: a regular

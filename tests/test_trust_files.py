@@ -445,3 +445,53 @@ def test_feddr_with_a_group_larger_than_the_model_runs_as_one_group(tmp_path, ca
         models.append(torch.load(out / "model.pt", weights_only=True))
     assert sum(t.numel() for t in models[0].values()) == 610
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Silently stale: a kept run must be the run this command would make now
+def test_extend_runs_again_a_run_made_under_another_resolved_scenario_or_asyncfl(tmp_path, capsys):
+    """The issue's case: a default changed between two asyncfl versions (``client.local_steps``
+    1 → 3) changes no spec, only the resolved scenario. Simulated by editing the recorded
+    ``scenario.toml`` of one finished run back to the old value, and the ``asyncfl_version`` of
+    another; ``--extend`` (one seed more) runs both again, saying why, and keeps the third."""
+    import csv
+    import tomllib
+
+    import asyncfl as package
+    from asyncfl.cli.main import main
+
+    def asyncfl(*args: object) -> tuple[int, str]:  # in this process: three sweeps, no interpreter start-ups
+        code = main([str(a) for a in args])
+        output = "".join(capsys.readouterr())
+        assert "Traceback" not in output, output
+        return code, output
+
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(tomli_w.dumps(make_raw(**{"run.steps": 4, "run.eval_every": 2, "client.local_steps": 3})))
+    out = tmp_path / "sweep"
+    base = ("sweep", scenario, "--out", out, "--workers", "1", "--quiet")
+    code, output = asyncfl(*base, "--seeds", "0-2")
+    assert code == 0, output
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 3
+    old_default, old_version, kept = runs
+    recorded = old_default / "scenario.toml"
+    recorded.write_text(recorded.read_text().replace("local_steps = 3", "local_steps = 1"))
+    summary = json.loads((old_version / "summary.json").read_text())
+    (old_version / "summary.json").write_text(json.dumps({**summary, "asyncfl_version": "0.1.0"}))
+    kept_before = snapshot(kept)
+    code, output = asyncfl(*base, "--seeds", "0-3", "--extend")
+    assert code == 0, output
+    assert f"{old_default.name}: run again" in output and "client.local_steps: 1 → 3" in output, output
+    assert f"{old_version.name}: run again" in output and f"asyncfl 0.1.0, this is asyncfl {package.__version__}" in output
+    assert tomllib.loads(recorded.read_text())["client"]["local_steps"] == 3
+    assert json.loads((old_version / "summary.json").read_text())["asyncfl_version"] == package.__version__
+    assert {k: v for k, v in snapshot(kept).items() if k != "metrics.png"} == {k: v for k, v in kept_before.items() if k != "metrics.png"}
+    with open(out / "results.csv", newline="") as fh:
+        messages = {row["name"]: row["message"] for row in csv.DictReader(fh)}
+    assert "client.local_steps: 1 → 3" in messages[old_default.name] and messages[kept.name] == ""
+    # the same command again: every run is now this command's own, nothing is run again
+    before = snapshot(out / "runs")
+    code, output = asyncfl(*base, "--seeds", "0-3")
+    assert code == 0 and "run again" not in output, output
+    assert snapshot(out / "runs") == before
