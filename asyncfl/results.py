@@ -350,19 +350,19 @@ class Sweep:
     def summary(self) -> "pd.DataFrame | None":
         """``summary.csv`` of ``asyncfl sweep`` (aggregates over seeds), None where absent."""
         path = self.path / "summary.csv"
-        return _read_csv(path) if path.is_file() else None
+        return _read_csv(path) if _present(path) else None
 
     @cached_property
     def tuning(self) -> "pd.DataFrame | None":
         """``tuning.csv`` of a study, None where absent."""
         path = self.path / "tuning.csv"
-        return _read_csv(path) if path.is_file() else None
+        return _read_csv(path) if _present(path) else None
 
     @cached_property
     def spec(self) -> dict[str, Any] | None:
         """``sweep.toml`` of ``asyncfl sweep`` (the sweep's definition), None where absent."""
         path = self.path / "sweep.toml"
-        if not path.is_file():
+        if not _present(path):
             return None
         try:
             return tomllib.loads(read_text_limited(path, MAX_SCENARIO_BYTES, RunDirError))

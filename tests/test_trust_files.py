@@ -495,3 +495,20 @@ def test_extend_runs_again_a_run_made_under_another_resolved_scenario_or_asyncfl
     code, output = asyncfl(*base, "--seeds", "0-3")
     assert code == 0 and "run again" not in output, output
     assert snapshot(out / "runs") == before
+
+
+def test_a_pipe_in_place_of_a_sweep_record_is_refused_without_blocking(tmp_path):
+    """The same kind elsewhere: every reader of a sweep, study or privacy folder's own records
+    (``sweep.toml``, ``privacy_sweep.toml``, a study's tables) reads a regular file, bounded."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "results.csv").write_text("name,run_dir\n")
+    os.mkfifo(sweep / "sweep.toml")
+    probe = ("import sys\nfrom asyncfl import load_sweep\nfrom asyncfl.errors import RunDirError\n"
+             "try:\n    load_sweep(sys.argv[1]).spec\nexcept RunDirError as exc:\n    print('RunDirError:', exc)\n")
+    code, output = run("-c", probe, sweep, timeout=60)
+    assert code == 0 and "sweep.toml: not a regular file" in output, output
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(tomli_w.dumps(make_raw(**{"run.steps": 4, "run.eval_every": 2})))
+    code, output = asyncfl("sweep", scenario, "--out", sweep, "--workers", "1", "--quiet", timeout=60)
+    assert code == 2 and "sweep.toml: not a regular file" in output, output
