@@ -111,6 +111,23 @@ def test_overwrite_refuses_a_record_naming_anything_outside_its_runs(tmp_path, s
     assert snapshot(sentinel) == outside and snapshot(out) == inside
 
 
+def test_a_command_never_records_a_run_directory_outside_its_runs(tmp_path, sentinel):
+    """A name from a spec (a task called '..') cannot place a run, nor a record entry, outside runs/."""
+    from asyncfl.errors import UsageError
+    from asyncfl.run import outdir
+
+    out = tmp_path / "sweep"
+    owned = outdir.claim(out, "sweep", "asyncfl sweep", "1" * 64)
+    try:
+        for rel in ("runs/../precious", "runs/a/../../x", "/abs", "elsewhere/run"):
+            with pytest.raises(UsageError, match="would write the run directory"):
+                owned.add_runs([rel])
+        owned.add_runs(["runs/a-b.c_1/T4-s0"])
+    finally:
+        owned.release()
+    assert json.loads((out / ".asyncfl-owner.json").read_text())["runs"] == ["runs/a-b.c_1/T4-s0"]
+
+
 def test_sweep_overwrite_refuses_a_record_naming_a_directory_outside_out(scenario_file, tmp_path, sentinel):
     out = crafted(tmp_path / "received", "sweep", [str(sentinel), "runs/link"])
     (out / "runs").mkdir()
@@ -310,14 +327,18 @@ def test_xi_study_refuses_repeated_tuning_seeds_before_running_anything(tmp_path
     assert not (tmp_path / "o").exists()
 
 
-def test_a_spec_that_is_not_utf8_text_or_not_a_regular_file_is_refused_by_name(tmp_path):
+def test_a_spec_that_is_not_utf8_text_or_not_a_regular_file_or_huge_is_refused_by_name(tmp_path):
     latin = tmp_path / "latin.toml"
     latin.write_bytes(REVIEW_CI.read_bytes() + "# café\n".encode("latin-1"))
     xi_latin = tmp_path / "xi-latin.toml"
     xi_latin.write_bytes(XI_CI.read_bytes() + "# café\n".encode("latin-1"))
     fifo = tmp_path / "spec.toml"
     os.mkfifo(fifo)
-    for spec, phrase in ((latin, "not UTF-8 text (save it as UTF-8)"), ("/dev/zero", "not a regular file"), (fifo, "not a regular file")):
+    huge = tmp_path / "huge.toml"
+    with open(huge, "wb") as fh:
+        fh.truncate(2 << 20)  # sparse: 2 MiB of zeros, twice the bound
+    for spec, phrase in ((latin, "not UTF-8 text (save it as UTF-8)"), ("/dev/zero", "not a regular file"), (fifo, "not a regular file"),
+                         (huge, "larger than the 1.0 MiB read at most")):
         code, output = run("-m", "analysis.ma_review", spec, "--out", tmp_path / "o", "--check", timeout=60)
         assert code == 2 and str(spec) in output and phrase in output, output
         code, output = run("-m", "analysis.privacy_sweep.study", "run", spec, "--out", tmp_path / "o", timeout=60)

@@ -210,6 +210,10 @@ class OutDir:
         known = set(runs)
         for rel in rel_dirs:
             rel = Path(rel).as_posix()
+            problem = run_entry_problem(self.path, rel)
+            if problem:  # a name from a spec (a task called '..') must not place a run outside runs/
+                raise UsageError(f"--out {self.path}: {self.kind.command} would write the run directory {_short(rel)}, "
+                                 f"{problem}; rename what names it (a task, a rule) to plain letters, digits, '_', '-', '.'")
             if rel not in known:
                 runs.append(rel)
                 known.add(rel)
