@@ -241,7 +241,7 @@ class Run:
         with the run's ``p`` and ``C``; ``I`` for a synchronous run."""
         server, counts = self.scenario.server, self.staleness
         steps = counts.steps
-        _check_fits(self.path / "counts.npz", 3 * steps * steps * 8, f"a {steps} × {steps} weight matrix",
+        _check_fits(self.path / "counts.npz", steps * steps * 8, f"a {steps} × {steps} weight matrix",
                     "read .staleness (its non-zero entries) instead")
         try:
             return weight_matrix(self.counts(min(counts.width, max(counts.steps, 1))), server.staleness_exponent, int(server.buffer))

@@ -299,7 +299,9 @@ def _remove_own(path: Path, kind: Kind, marker: dict[str, Any] | None) -> None:
     root = path.resolve()
     for rel in _own_runs(path, marker):
         run = path / rel
-        if run_entry_problem(path, rel) is None and run.is_dir() and root in run.resolve().parents:
+        if run_entry_problem(path, rel) is not None:  # read_marker refused such a record: never reached
+            continue
+        if run.is_dir() and root in run.resolve().parents:
             shutil.rmtree(run)
         parent = run.parent  # the folders between runs/ and the run, when now empty
         while parent != path and parent.is_dir() and not parent.is_symlink() and not any(parent.iterdir()):
