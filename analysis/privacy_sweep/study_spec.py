@@ -154,7 +154,7 @@ def parse_spec(raw: dict[str, Any], source: str | None = None) -> XiStudySpec:
             if not where:  # the cross-field checks: one line each, naming their own fields
                 problems += str(err["msg"]).removeprefix("Value error, ").split("\n")
                 continue
-            problems.append(f"{where}: {err['msg']}" + (f" (got {err['input']!r})" if "input" in err
+            problems.append(f"{where}: {str(err['msg']).removeprefix('Value error, ')}" + (f" (got {err['input']!r})" if "input" in err
                                                           and not isinstance(err["input"], dict) else ""))
         raise XiStudyError(problems, source) from None
 
