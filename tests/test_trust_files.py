@@ -327,22 +327,32 @@ def test_xi_study_refuses_repeated_tuning_seeds_before_running_anything(tmp_path
     assert not (tmp_path / "o").exists()
 
 
-def test_a_spec_that_is_not_utf8_text_or_not_a_regular_file_or_huge_is_refused_by_name(tmp_path):
+def test_a_spec_that_is_not_utf8_text_or_is_huge_is_refused_by_name(tmp_path, capsys):
     latin = tmp_path / "latin.toml"
     latin.write_bytes(REVIEW_CI.read_bytes() + "# café\n".encode("latin-1"))
     xi_latin = tmp_path / "xi-latin.toml"
     xi_latin.write_bytes(XI_CI.read_bytes() + "# café\n".encode("latin-1"))
-    fifo = tmp_path / "spec.toml"
-    os.mkfifo(fifo)
     huge = tmp_path / "huge.toml"
     with open(huge, "wb") as fh:
         fh.truncate(2 << 20)  # sparse: 2 MiB of zeros, twice the bound
-    for spec, phrase in ((latin, "not UTF-8 text (save it as UTF-8)"), ("/dev/zero", "not a regular file"), (fifo, "not a regular file"),
-                         (huge, "larger than the 1.0 MiB read at most")):
+    for review_spec, xi_spec, phrase in ((latin, xi_latin, "not UTF-8 text (save it as UTF-8)"),
+                                         (huge, huge, "larger than the 1.0 MiB read at most")):
+        code, output = in_process(capsys, "ma_review", review_spec, "--out", tmp_path / "o", "--check")
+        assert code == 2 and str(review_spec) in output and phrase in output, output
+        code, output = in_process(capsys, "privacy_sweep.study", "run", xi_spec, "--out", tmp_path / "o")
+        assert code == 2 and str(xi_spec) in output and phrase in output, output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_device_or_a_pipe_as_the_spec_is_refused_without_reading_it(tmp_path):
+    """In a subprocess with a timeout: reading /dev/zero or a FIFO without a writer never ends."""
+    fifo = tmp_path / "spec.toml"
+    os.mkfifo(fifo)
+    for spec in ("/dev/zero", fifo):
         code, output = run("-m", "analysis.ma_review", spec, "--out", tmp_path / "o", "--check", timeout=60)
-        assert code == 2 and str(spec) in output and phrase in output, output
+        assert code == 2 and f"{spec}: not a regular file" in output, output
         code, output = run("-m", "analysis.privacy_sweep.study", "run", spec, "--out", tmp_path / "o", timeout=60)
-        assert code == 2 and str(spec) in output and phrase in output, output
+        assert code == 2 and str(spec) in output and "not a regular file" in output, output
     assert not (tmp_path / "o").exists()
 
 
