@@ -19,17 +19,40 @@ a failure) and must exit with the stated code and print no traceback.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import importlib
+import io
 import json
+import math
 import os
+import shutil
 import subprocess
 import sys
+import time
+import tomllib
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tomli_w
+import torch
 
-from conftest import make_raw
+import asyncfl as package
+from analysis.ma_review.design import load_review
+from analysis.ma_review.run import COMMAND, KIND  # importing it registers the review's kind of folder
+from asyncfl import load_run
+from asyncfl.cli.main import main
+from asyncfl.components.registry import REGISTRY
+from asyncfl.config.scenario import composed
+from asyncfl.errors import RunDirError, UsageError
+from asyncfl.privacy.aggregator import build_privacy
+from asyncfl.privacy.factorization import DIRECT_TERMS, _best_separated_sum, _pattern_sum, _pattern_sum_t
+from asyncfl.run import outdir
+from asyncfl.run.runner import run_to_dir_blocking
+
+from conftest import make_raw, make_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,9 +120,6 @@ def hostile_records(tmp_path: Path, sentinel: Path) -> list[tuple[list[str], str
 
 @pytest.mark.parametrize("case", range(7))
 def test_overwrite_refuses_a_record_naming_anything_outside_its_runs(tmp_path, sentinel, case):
-    from asyncfl.errors import RunDirError
-    from asyncfl.run import outdir
-
     runs, phrase = hostile_records(tmp_path, sentinel)[case]
     out = crafted(tmp_path / "received", "sweep", runs)
     (out / "runs").mkdir()
@@ -113,9 +133,6 @@ def test_overwrite_refuses_a_record_naming_anything_outside_its_runs(tmp_path, s
 
 def test_a_command_never_records_a_run_directory_outside_its_runs(tmp_path, sentinel):
     """A name from a spec (a task called '..') cannot place a run, nor a record entry, outside runs/."""
-    from asyncfl.errors import UsageError
-    from asyncfl.run import outdir
-
     out = tmp_path / "sweep"
     owned = outdir.claim(out, "sweep", "asyncfl sweep", "1" * 64)
     try:
@@ -150,9 +167,6 @@ def test_review_overwrite_refuses_a_record_naming_a_directory_outside_out(tmp_pa
 def test_overwrite_replaces_a_folder_of_the_same_command_made_from_another_spec(tmp_path):
     """The folder rule: --overwrite removes that command's own files, its run directories at any
     depth (a study's runs/TASK/PRIVACY/K/METHOD/…) and the folders left empty between them."""
-    import analysis.ma_review.run  # noqa: F401  (registers the review's kind of folder)
-    from asyncfl.run import outdir
-
     nested = "runs/gaussian/none/K5/fedbuff-sgd/lr2/T12-s0"
     out = crafted(tmp_path / "review", "ma-review", [nested, "runs/gaussian/none/K5/fedbuff-sgd/lr4/T12-s0"])
     for rel in (nested, "runs/gaussian/none/K5/fedbuff-sgd/lr4/T12-s0"):
@@ -181,8 +195,6 @@ def test_overwrite_replaces_a_folder_of_the_same_command_made_from_another_spec(
 # Readers: a damaged or hostile run directory is a RunDirError naming the file, never a hang
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
-    from asyncfl.run.runner import run_to_dir_blocking
-    from conftest import make_scenario
 
     out = tmp_path / "run"
     run_to_dir_blocking(make_scenario({"run.steps": 6, "run.eval_every": 3}), out)
@@ -192,10 +204,6 @@ def run_dir(tmp_path) -> Path:
 def npy(shape: tuple, payload: bytes, descr: str = "<i8") -> bytes:
     """An npy member whose header claims ``shape`` over ``payload`` (written by hand: numpy
     refuses to write a negative shape)."""
-    import io
-
-    import numpy as np
-
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
     return buf.getvalue() + payload
@@ -203,8 +211,6 @@ def npy(shape: tuple, payload: bytes, descr: str = "<i8") -> bytes:
 
 def rewrite_counts(run: Path, members: dict[str, bytes]) -> None:
     """``counts.npz`` with some members replaced (the others kept as the run wrote them)."""
-    import zipfile
-
     path = run / "counts.npz"
     with zipfile.ZipFile(path) as old:
         kept = {n: old.read(n) for n in old.namelist()}
@@ -215,31 +221,23 @@ def rewrite_counts(run: Path, members: dict[str, bytes]) -> None:
 
 
 def test_an_array_of_negative_shape_is_a_run_dir_error_naming_the_file(run_dir):
-    from asyncfl import load_run
-    from asyncfl.errors import RunDirError
-
     rewrite_counts(run_dir, {"step_time.npy": npy((-1, -2), b"\0" * 16)})
     with pytest.raises(RunDirError, match=r"counts\.npz.*step_time.*\(-1, -2\)"):
         load_run(run_dir).arrays
 
 
 def test_sparse_counts_claiming_2_to_the_35_rows_are_refused_before_allocating(run_dir):
-    import numpy as np
-
-    from asyncfl import load_run
-    from asyncfl.errors import RunDirError
-
     def member(array):
         return npy(array.shape, array.astype("<i8").tobytes())
 
-    del_dense = {"by_staleness_entries.npy": member(np.array([[1, 0, 1]])),
-                 "by_staleness_shape.npy": member(np.array([2 ** 35, 4]))}
-    import zipfile
-    path = run_dir / "counts.npz"
+
+    path = run_dir / "counts.npz"  # the dense layout replaced by sparse entries claiming 2³⁵ steps
     with zipfile.ZipFile(path) as old:
         kept = {n: old.read(n) for n in old.namelist() if n != "by_staleness.npy"}
+    kept.update({"by_staleness_entries.npy": member(np.array([[1, 0, 1]])),
+                 "by_staleness_shape.npy": member(np.array([2 ** 35, 4]))})
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as new:
-        for name, data in {**kept, **del_dense}.items():
+        for name, data in kept.items():
             new.writestr(name, data)
     run = load_run(run_dir)
     assert run.staleness.steps == 2 ** 35  # the entries themselves are small and readable
@@ -267,8 +265,6 @@ PIPED = ("summary.json", "metrics.csv", "updates.csv", "model.pt", "counts.npz")
 
 def test_a_pipe_in_place_of_a_run_file_is_refused_without_blocking(run_dir, tmp_path):
     """Each file a reader opens, replaced by a FIFO with no writer: refused by name at once."""
-    import shutil
-
     folders = []
     for name in PIPED:
         folder = tmp_path / f"piped-{name}"
@@ -292,8 +288,6 @@ XI_CI = REPO / "analysis" / "privacy_sweep" / "xi_study_ci.toml"
 
 def in_process(capsys, script: str, *args: object) -> tuple[int, str]:
     """``python -m analysis.SCRIPT ARGS`` in this process (the study scripts' ``main``)."""
-    import importlib
-
     code = importlib.import_module(f"analysis.{script}.__main__").main([str(a) for a in args])
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err, out + err
@@ -301,7 +295,6 @@ def in_process(capsys, script: str, *args: object) -> tuple[int, str]:
 
 
 def edited(tmp_path: Path, source: Path, **changes: object) -> Path:
-    import tomllib
 
     raw = {**tomllib.loads(source.read_text(encoding="utf-8")), **changes}
     path = tmp_path / f"edited-{source.name}"
@@ -357,10 +350,6 @@ def test_a_device_or_a_pipe_as_the_spec_is_refused_without_reading_it(tmp_path):
 
 
 def test_collect_without_the_references_tuning_runs_is_refused(tmp_path, capsys):
-    from analysis.ma_review.design import load_review
-    from analysis.ma_review.run import COMMAND, KIND
-    from asyncfl.run import outdir
-
     empty = tmp_path / "nothing"
     code, output = in_process(capsys, "ma_review", REVIEW_CI, "--out", empty, "--collect", "--quiet")
     assert code == 2 and "holds no python -m analysis.ma_review folder to collect" in output and not empty.exists()
@@ -397,8 +386,6 @@ def test_a_report_over_a_damaged_results_csv_is_refused_naming_the_line(tmp_path
 # Privacy: the correlated-noise set-up scales to T = k = 6000
 def _old_best_separated_sum(values, k, b):
     """The scalar dynamic programme the vectorised one replaced (the independent computation)."""
-    import numpy as np
-
     T = values.size
     best = np.zeros((k + 1, T + b + 1))
     for j in range(1, k + 1):
@@ -408,10 +395,6 @@ def _old_best_separated_sum(values, k, b):
 
 
 def test_the_exact_sensitivity_programme_equals_the_scalar_loop():
-    import numpy as np
-
-    from asyncfl.privacy.factorization import _best_separated_sum
-
     rng = np.random.default_rng(32)
     checked = 0
     for T in (1, 2, 5, 13, 40):
@@ -424,11 +407,6 @@ def test_the_exact_sensitivity_programme_equals_the_scalar_loop():
 
 
 def test_the_optimisers_pattern_sum_equals_the_term_by_term_sum():
-    import numpy as np
-    import torch
-
-    from asyncfl.privacy.factorization import DIRECT_TERMS, _pattern_sum, _pattern_sum_t
-
     rng = np.random.default_rng(6000)
     for T, terms, b in ((300, 100, 1), (300, 65, 3), (301, 200, 2), (1000, 400, 7), (90, 90, 1)):
         assert terms > DIRECT_TERMS or T < DIRECT_TERMS
@@ -440,13 +418,6 @@ def test_the_optimisers_pattern_sum_equals_the_term_by_term_sum():
 def test_the_correlated_noise_set_up_at_t_equal_k_6000_is_quick():
     """Banded noise (one band, b = 1) under k = T = 6000 participations: the exact sensitivity of
     a run whose every client may join every step is √T = √6000 (the all-ones pattern summed)."""
-    import math
-    import time
-
-    from asyncfl.components.registry import REGISTRY
-    from asyncfl.config.scenario import composed
-    from asyncfl.privacy.aggregator import build_privacy
-
     cls = composed("privacy", tuple(REGISTRY.get(kind, name) for kind, name in (
         ("sampling", "participation-cap"), ("accountant", "pld"), ("counts", "project"), ("noise", "banded"))))
     cfg = cls(enabled=True, epsilon=2.0, gamma=0.2, sampling="participation-cap", max_participations=6000,
@@ -460,10 +431,6 @@ def test_the_correlated_noise_set_up_at_t_equal_k_6000_is_quick():
 def test_feddr_with_a_group_larger_than_the_model_runs_as_one_group(tmp_path, capsys):
     """``server.group_size = 5e8`` on the 610 parameters of a 60-feature, 10-class logistic
     regression: one group, the whole model — the same run, to the bit, as ``group_size = 610``."""
-    import torch
-
-    from asyncfl.cli.main import main
-
     models = []
     for size in (500_000_000, 610):
         out = tmp_path / f"g{size}"
@@ -485,12 +452,6 @@ def test_extend_runs_again_a_run_made_under_another_resolved_scenario_or_asyncfl
     1 → 3) changes no spec, only the resolved scenario. Simulated by editing the recorded
     ``scenario.toml`` of one finished run back to the old value, and the ``asyncfl_version`` of
     another; ``--extend`` (one seed more) runs both again, saying why, and keeps the third."""
-    import csv
-    import tomllib
-
-    import asyncfl as package
-    from asyncfl.cli.main import main
-
     def asyncfl(*args: object) -> tuple[int, str]:  # in this process: three sweeps, no interpreter start-ups
         code = main([str(a) for a in args])
         output = "".join(capsys.readouterr())
