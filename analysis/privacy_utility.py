@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.errors import UsageError
 from asyncfl.figures.ci import mean_ci
 from asyncfl.figures.style import figure, save, styled, title
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
@@ -40,6 +41,7 @@ from analysis.ma_study.design import Point, Study, load_spec
 from analysis.ma_study.spec import NODP
 from analysis.privacy_sweep.plan import resolve_budget
 from analysis.privacy_sweep.run import run_sweep
+from analysis.typed_csv import read_typed
 
 #: ξ / σ swept: just above σ (update noise large) to where ξ/M swamps the counts
 XI_OVER_SIGMA = (1.05, 1.2, 1.5, 2.0, 4.0, 10.0, 30.0, 100.0, 300.0)
@@ -50,9 +52,11 @@ COLORS = {"ma-light": "tab:green", "momentum": "tab:red"}
 
 def tuned_lrs(study_dir: Path) -> dict[tuple[str, int, str], float]:
     """The server learning rate the MA study chose per (task, K, method) without DP."""
-    with open(study_dir / "results.csv", newline="", encoding="utf-8") as fh:
-        return {(row["task"], int(row["K"]), row["method"]): float(row["lr"])
-                for row in csv.DictReader(fh) if row["privacy"] == NODP}
+    rows = read_typed(study_dir / "results.csv", lambda key, text: text, ("task", "K", "method", "lr", "privacy"))
+    try:
+        return {(row["task"], int(row["K"]), row["method"]): float(row["lr"]) for row in rows if row["privacy"] == NODP}
+    except ValueError:
+        raise UsageError(f"{study_dir / 'results.csv'}: its K and lr columns must hold numbers") from None
 
 
 def base_scenario(study: Study, task: str, K: int, method: str, lr: float, epsilon: float) -> scenario_mod.Scenario:

@@ -19,7 +19,6 @@ pandas is imported when a table is first built, never by ``import asyncfl``.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -30,11 +29,17 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.files import (MAX_JSON_BYTES, MAX_SCENARIO_BYTES, MAX_TABLE_BYTES, open_limited, open_text_limited,
+                                  read_json_limited, read_text_limited)
+from asyncfl.config.memory import machine_memory
 from asyncfl.errors import RunDirError, ScenarioError
 from asyncfl.records import METRIC_FIELDS, REASONS, UPDATE_FIELDS
 from asyncfl.run.counts_file import read_counts
 from asyncfl.server.aggregation import weight_matrix
 from asyncfl.staleness_counts import StalenessCounts
+
+#: ``model.pt`` is read whatever its size (it is the model's): only its being a regular file is checked
+UNBOUNDED = 1 << 62
 
 if TYPE_CHECKING:  # annotations only: pandas is imported on first use
     import pandas as pd
@@ -63,12 +68,11 @@ def _pandas() -> Any:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RunDirError(f"{path}: missing") from None
-    except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
-        raise RunDirError(f"{path}: not valid JSON ({exc.__class__.__name__})") from None
+    """A JSON file of a run directory: a regular file (a pipe or a device is refused before it is
+    opened for reading, so nothing blocks) of at most :data:`MAX_JSON_BYTES`."""
+    if not _present(path):
+        raise RunDirError(f"{path}: missing")
+    return read_json_limited(path, MAX_JSON_BYTES, RunDirError)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -104,8 +108,13 @@ def _typed(frame: "pd.DataFrame", dtypes: dict[str, str], path: Path) -> "pd.Dat
     return pd.DataFrame(out, columns=list(frame.columns))
 
 
+def _present(path: Path) -> bool:
+    """Whether ``path`` names anything (a pipe or a device too: the readers refuse those by name)."""
+    return path.exists() or path.is_symlink()
+
+
 def _read_table(path: Path, dtypes: dict[str, str]) -> "pd.DataFrame":
-    if not path.is_file():
+    if not _present(path):
         raise RunDirError(f"{path}: missing")
     frame = _read_csv(path, dtype=str, keep_default_na=False)
     missing = [c for c in dtypes if c not in frame.columns and c in ("step",)]
@@ -119,7 +128,8 @@ def _read_csv(path: Path, **kw: Any) -> "pd.DataFrame":
     RunDirError naming it."""
     pd = _pandas()
     try:
-        return pd.read_csv(path, encoding="utf-8", **kw)
+        with open_text_limited(path, MAX_TABLE_BYTES, RunDirError) as fh:  # a regular file, bounded
+            return pd.read_csv(fh, **kw)
     except (OSError, ValueError, pd.errors.ParserError) as exc:  # EmptyDataError, UnicodeDecodeError are ValueErrors
         raise RunDirError(f"{path}: cannot be read as a CSV table ({exc.__class__.__name__}: {exc})") from None
 
@@ -178,10 +188,10 @@ class Run:
         ``float`` (an empty field is NaN); ``[]`` while the run has written none. A file that
         cannot be read, or a field that is not a number, is a RunDirError naming it."""
         path = self.path / "metrics.csv"
-        if not path.is_file():
+        if not _present(path):
             return []
         try:
-            with open(path, newline="", encoding="utf-8") as fh:
+            with open_text_limited(path, MAX_TABLE_BYTES, RunDirError) as fh:
                 return [{k: (float(v) if v not in ("", None) else math.nan) for k, v in row.items()} for row in csv.DictReader(fh)]
         except OSError as exc:
             raise RunDirError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
@@ -196,7 +206,7 @@ class Run:
     @cached_property
     def _counts_file(self) -> "tuple[StalenessCounts, dict[str, np.ndarray]]":
         path = self.path / "counts.npz"
-        if not path.exists() and not path.is_symlink():
+        if not _present(path):
             raise RunDirError(f"{path}: missing")
         return read_counts(path)
 
@@ -216,16 +226,29 @@ class Run:
         """``by_staleness`` (T×L int64): ``counts()[t-1, τ]`` accepted uploads of staleness τ in step t,
         the same array whichever layout the file holds; ``width`` keeps the first columns only
         (``min(L, T)`` hold every staleness that can occur: ``τ ≤ t − 1``)."""
-        return self.staleness.dense(width=width)
+        counts = self.staleness
+        rows, columns = counts.steps, counts.width if width is None else max(0, int(width))
+        _check_fits(self.path / "counts.npz", rows * columns * 8, f"by_staleness of {rows} × {columns} int64",
+                    "read .staleness (its non-zero entries) instead")
+        try:
+            return counts.dense(width=width)
+        except MemoryError:
+            raise RunDirError(f"{self.path / 'counts.npz'}: by_staleness of {rows} × {columns} does not fit in memory; "
+                              "read .staleness (its non-zero entries) instead") from None
 
     def W(self) -> np.ndarray:
         """The exact weight matrix ``W[t-1, s-1] = (t−s+1)^(−p) C_{t,s} / C`` (docs/protocol.md §7),
         with the run's ``p`` and ``C``; ``I`` for a synchronous run."""
         server, counts = self.scenario.server, self.staleness
+        steps = counts.steps
+        _check_fits(self.path / "counts.npz", steps * steps * 8, f"a {steps} × {steps} weight matrix",
+                    "read .staleness (its non-zero entries) instead")
         try:
             return weight_matrix(self.counts(min(counts.width, max(counts.steps, 1))), server.staleness_exponent, int(server.buffer))
         except (ValueError, IndexError, TypeError) as exc:
             raise RunDirError(f"{self.path / 'counts.npz'}: its counts do not give a weight matrix ({exc})") from None
+        except MemoryError:
+            raise RunDirError(f"{self.path / 'counts.npz'}: a {steps} × {steps} weight matrix does not fit in memory") from None
 
     @cached_property
     def bias(self) -> dict[str, Any] | None:
@@ -264,15 +287,24 @@ class Run:
         import torch  # heavy and optional for reading tables: imported here only
 
         path = self.path / "model.pt"
-        if not path.is_file():
+        if not _present(path):
             raise RunDirError(f"{path}: missing")
         try:
-            model = torch.load(path, weights_only=True)
+            with open_limited(path, UNBOUNDED, RunDirError) as fh:  # a regular file: a pipe never blocks
+                model = torch.load(fh, weights_only=True)
         except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, KeyError, TypeError) as exc:
             raise RunDirError(f"{path}: cannot be read as a model ({exc.__class__.__name__})") from None
         if not isinstance(model, dict):
             raise RunDirError(f"{path}: not a state_dict (a dict of tensors)")
         return model
+
+
+def _check_fits(path: Path, nbytes: int, what: str, instead: str) -> None:
+    """A RunDirError naming ``path`` when ``what`` (``nbytes``) would not fit in this machine's
+    memory: a file claiming 2³⁵ steps is refused before anything is allocated."""
+    memory = machine_memory()
+    if memory is not None and nbytes > memory:
+        raise RunDirError(f"{path}: {what} takes {nbytes} bytes, more than this machine's memory ({memory}); {instead}")
 
 
 def load_run(path: str | Path) -> Run:
@@ -318,23 +350,23 @@ class Sweep:
     def summary(self) -> "pd.DataFrame | None":
         """``summary.csv`` of ``asyncfl sweep`` (aggregates over seeds), None where absent."""
         path = self.path / "summary.csv"
-        return _read_csv(path) if path.is_file() else None
+        return _read_csv(path) if _present(path) else None
 
     @cached_property
     def tuning(self) -> "pd.DataFrame | None":
         """``tuning.csv`` of a study, None where absent."""
         path = self.path / "tuning.csv"
-        return _read_csv(path) if path.is_file() else None
+        return _read_csv(path) if _present(path) else None
 
     @cached_property
     def spec(self) -> dict[str, Any] | None:
         """``sweep.toml`` of ``asyncfl sweep`` (the sweep's definition), None where absent."""
         path = self.path / "sweep.toml"
-        if not path.is_file():
+        if not _present(path):
             return None
         try:
-            return tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError, RecursionError) as exc:
+            return tomllib.loads(read_text_limited(path, MAX_SCENARIO_BYTES, RunDirError))
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise RunDirError(f"{path}: not valid TOML ({exc.__class__.__name__})") from None
 
     @cached_property

@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from asyncfl.errors import UsageError
 from asyncfl.run import outdir
 from asyncfl.run.parallel import Backend, InProcess
 from asyncfl.studies.tuning import choose, refine
@@ -131,6 +132,9 @@ def run_review(study: ReviewStudy, out: str | Path, progress: ProgressHook | Non
     version of the spec is taken over, its finished runs reused). ``collect``: run nothing, write
     the tables from the runs finished so far (a run not there yet is a ``missing`` row)."""
     out = Path(out)
+    if collect and outdir.kind_of(out) != KIND.name:
+        raise UsageError(f"--out {out}: holds no {COMMAND} folder to collect (--collect reads the runs of a study "
+                         "started without it); nothing was written")
     accept = (lambda marker: True) if extend or collect else None
     owned = outdir.claim(out, KIND.name, COMMAND, study.digest(), overwrite=overwrite, accept=accept)
     try:
@@ -154,6 +158,8 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
     targets: dict[str, float] = {}
     for src, pick in ref_choice.items():
         mean_final = pick.score if pick is not None else math.nan
+        if not math.isfinite(mean_final):
+            raise UsageError(_no_target(runner, ref[src], grids[src], seeds, src))
         targets[src[0]] = math.floor(spec.target.fraction * mean_final * spec.target.round_to) / spec.target.round_to
 
     # 2. tune every cell on the restricted steps to its task's target
@@ -175,6 +181,18 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
     write_report(out)
     return {"results": rows, "tuning": tuning_rows, "targets": targets, "lr": lr_of, "statuses": runner.status,
             "messages": runner.messages}
+
+
+def _no_target(runner: Runner, cell: CellKey, lrs: list[float], seeds: list[int], src: Source) -> str:
+    """Why task ``src[0]`` has no target: its reference has no completed tuning run (the target is
+    the mean final accuracy of the reference's best rate, docs/ma-review.md §2)."""
+    statuses = [runner.status.get(cell.point(seed, lr, runner.study.spec.steps), "missing") for lr in lrs for seed in seeds]
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
+    if runner.collect:
+        return (f"--collect: task {src[0]!r} has no target yet: the reference {src[3]!r} has no completed tuning run "
+                f"({counts}); run the study without --collect first. Nothing was written but the folder's record")
+    return (f"target: task {src[0]!r} has no target: none of the reference {src[3]!r}'s tuning runs completed ({counts}); "
+            f"give lr_grid.{src[3]} rates at which it trains (see tuning runs under {runner.out / 'runs'})")
 
 
 def _tuning_rows(runner: Runner, tuned: dict[Source, CellKey], grids: dict[Source, list[float]], seeds: list[int],

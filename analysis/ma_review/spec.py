@@ -23,6 +23,8 @@ from analysis.ma_study.spec import (NODP, LrGrid, MethodName, PosInt, PrivacyEnt
                                     _allowed, _loc_text, _Section)
 
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
+#: the most seeds a study runs, evaluation and tuning together (the study engine's limit)
+MAX_SEEDS = 100
 
 
 class TargetEntry(_Section):
@@ -106,6 +108,19 @@ def parse_review(raw: dict[str, Any], source: str | None = None) -> ReviewSpec:
     problems = []
     tasks = {t.name for t in spec.tasks}
     labels = {NODP} | {p.name for p in spec.privacy}
+    for field in ("seeds", "tuning_seeds"):
+        values = getattr(spec, field)
+        if twice := sorted({v for v in values if values.count(v) > 1}):
+            problems.append(f"{field}: {', '.join(map(str, twice))} given twice; each seed at most once "
+                            "(a repeated seed is the same run counted twice)")
+    if len(set(spec.seeds) | set(spec.tuning_seeds)) > MAX_SEEDS:
+        problems.append(f"seeds, tuning_seeds: {len(set(spec.seeds) | set(spec.tuning_seeds))} seeds together; "
+                        f"at most {MAX_SEEDS} evaluation and tuning seeds in all")
+    for i, cell in enumerate(spec.cells):
+        for field in ("methods", "k_multiples", "privacy", "tasks"):
+            values = getattr(cell, field) or []
+            if twice := sorted({repr(v) for v in values if values.count(v) > 1}):
+                problems.append(f"cells[{i}] ({cell.name}).{field}: {', '.join(twice)} given twice; each at most once")
     if overlap := sorted(set(spec.seeds) & set(spec.tuning_seeds)):
         problems.append(f"tuning_seeds: {overlap} are also evaluation seeds; tuning seeds must be held out")
     for i, cell in enumerate(spec.cells):

@@ -14,12 +14,12 @@ Every number of the report is computed from these files alone (:mod:`analysis.ma
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
 
 from analysis.ma_study.outputs import write_csv
+from analysis.typed_csv import read_typed
 
 __all__ = ["CURVE_FIELDS", "RESULT_FIELDS", "TUNING_FIELDS", "read_csv", "write_csv"]
 
@@ -44,11 +44,19 @@ def _value(key: str, text: str) -> Any:
     if text == "":
         return math.nan
     if key in _INTS:
-        return int(float(text))
+        number = float(text)
+        if not number.is_integer():
+            raise ValueError(f"{key} must be an integer")
+        return int(number)
     return float(text)
 
 
+def _kind(key: str) -> str:
+    return "an integer" if key in _INTS else "a number (or blank)"
+
+
 def read_csv(path: Path) -> list[dict[str, Any]]:
-    """A table written by :func:`write_csv`, typed back (blank cells: NaN)."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        return [{k: _value(k, v) for k, v in row.items()} for row in csv.DictReader(fh)]
+    """A table written by :func:`write_csv`, typed back (blank cells: NaN); a cell that is not of
+    its column's kind, or a file that is not a UTF-8 table, is a UsageError naming it
+    (:func:`analysis.typed_csv.read_typed`)."""
+    return read_typed(path, _value, ("task",), _kind)

@@ -8,6 +8,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from asyncfl.config.files import MAX_TABLE_BYTES, open_text_limited
+from asyncfl.errors import UsageError
 from analysis.ma_study.design import Study
 from asyncfl.tasks import build_task
 from asyncfl.tasks.pooled import train_pooled
@@ -21,14 +23,17 @@ def _saved(path: Path) -> dict[tuple[str, int, int, int], dict[str, Any]]:
     if not path.is_file():
         return {}
     out = {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            try:
-                key = (row["task"], int(row["seed"]), int(row["clients"]), int(row["pooled_steps"]))
-                out[key] = {**row, "seed": key[1], "clients": key[2], "pooled_steps": key[3],
-                            "final_accuracy": float(row["final_accuracy"]), "best_accuracy": float(row["best_accuracy"])}
-            except (KeyError, ValueError):
-                continue
+    try:
+        with open_text_limited(path, MAX_TABLE_BYTES, UsageError) as fh:  # a regular file, bounded
+            for row in csv.DictReader(fh):
+                try:
+                    key = (row["task"], int(row["seed"]), int(row["clients"]), int(row["pooled_steps"]))
+                    out[key] = {**row, "seed": key[1], "clients": key[2], "pooled_steps": key[3],
+                                "final_accuracy": float(row["final_accuracy"]), "best_accuracy": float(row["best_accuracy"])}
+                except (KeyError, ValueError, TypeError):
+                    continue
+    except (UnicodeDecodeError, csv.Error):  # a damaged table of its own: its rows are computed again
+        return {}
     return out
 
 

@@ -49,7 +49,7 @@ def run_points(study: Study, points: list[Point], out: Path, backend: Backend, p
     for p, o in zip(unique, outcomes):
         status = o.status if o.status not in ("completed",) else (read_status(out / p.rel_dir()) or o.status)
         statuses[p] = status
-        if messages is not None and status != "completed":
+        if messages is not None and (status != "completed" or o.message):  # a completed run's message: why it was run again
             messages[p] = " ".join((o.message or "no message").split())
     return statuses
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.config.files import MAX_JSON_BYTES, read_text_limited
 import tomli_w
 
 from asyncfl.run import outdir
@@ -104,8 +105,9 @@ def sweep_record(scenario: scenario_mod.Scenario, xis: Sequence[float], gammas: 
 
 def _read_record(out: Path) -> dict[str, Any] | None:
     try:
-        return tomllib.loads((out / RECORD).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        # a regular file, bounded (a FIFO in its place is refused, never waited on); 16 MiB: it holds the resolved scenario
+        return tomllib.loads(read_text_limited(out / RECORD, MAX_JSON_BYTES, RunDirError))
+    except (RunDirError, tomllib.TOMLDecodeError, RecursionError):
         return None
 
 

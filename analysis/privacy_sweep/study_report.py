@@ -41,6 +41,7 @@ from asyncfl.studies.crossing import Crossing, crossing
 from asyncfl.studies.effects import Difference, paired_difference
 from asyncfl.studies.survival import Comparison, compare_crossings, restricted_mean
 from asyncfl.studies.tuning import choose
+from analysis.typed_csv import read_typed
 from analysis.privacy_sweep.xi_rule import CountModel, rule_xi, update_excess
 
 TEXT = {"study": "study task", "check": "check task"}
@@ -91,18 +92,19 @@ def _value(key: str, text: str) -> Any:
 
 
 def read_results(path: str | Path) -> list[RunRecord]:
-    """The runs of ``results.csv`` (one row per evaluation), in file order."""
+    """The runs of ``results.csv`` (one row per evaluation), in file order; a cell that is not of
+    its column's kind, or a file that is not a UTF-8 table, is a UsageError naming it
+    (:func:`analysis.typed_csv.read_typed`)."""
     runs: dict[str, RunRecord] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            row = {k: _value(k, v) for k, v in row.items()}
-            rec = runs.get(row["run_dir"])
-            if rec is None:
-                rec = runs[row["run_dir"]] = RunRecord({**row, "_walls": []})
-            if math.isfinite(row["step"]):
-                rec.steps.append(row["step"])
-                rec.accuracy.append(row["accuracy"])
-                rec.head["_walls"].append(row["wall_time"])
+    required = ("run_dir", "task", "role", "stage", "status", "step", "accuracy", "wall_time", "steps")
+    for row in read_typed(path, _value, required, lambda key: "an integer" if key in INTEGER else "a number (or blank)"):
+        rec = runs.get(row["run_dir"])
+        if rec is None:
+            rec = runs[row["run_dir"]] = RunRecord({**row, "_walls": []})
+        if math.isfinite(row["step"]):
+            rec.steps.append(row["step"])
+            rec.accuracy.append(row["accuracy"])
+            rec.head["_walls"].append(row["wall_time"])
     return list(runs.values())
 
 

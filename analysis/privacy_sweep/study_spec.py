@@ -42,6 +42,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
 from asyncfl.errors import AsyncFLError
 
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -75,7 +76,8 @@ class TaskEntry(_Strict):
     @classmethod
     def _distinct(cls, v: list[Any]) -> list[Any]:
         if len(set(v)) != len(v):
-            raise ValueError("each value at most once")
+            twice = sorted({x for x in v if v.count(x) > 1})
+            raise ValueError(f"{', '.join(map(repr, twice))} given twice; each value at most once")
         return sorted(v)
 
 
@@ -101,6 +103,15 @@ class XiStudySpec(_Strict):
     target_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.9
     defaults: dict[str, Any] = Field(default_factory=dict)
     tasks: Annotated[list[TaskEntry], Field(min_length=1)]
+
+    @field_validator("tuning_seeds", "xi_extra")
+    @classmethod
+    def _distinct(cls, v: list[Any]) -> list[Any]:
+        if len(set(v)) != len(v):
+            twice = sorted({x for x in v if v.count(x) > 1})
+            raise ValueError(f"{', '.join(map(repr, twice))} given twice; each value at most once "
+                             "(a repeated seed is the same run counted twice)")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> "XiStudySpec":
@@ -143,7 +154,7 @@ def parse_spec(raw: dict[str, Any], source: str | None = None) -> XiStudySpec:
             if not where:  # the cross-field checks: one line each, naming their own fields
                 problems += str(err["msg"]).removeprefix("Value error, ").split("\n")
                 continue
-            problems.append(f"{where}: {err['msg']}" + (f" (got {err['input']!r})" if "input" in err
+            problems.append(f"{where}: {str(err['msg']).removeprefix('Value error, ')}" + (f" (got {err['input']!r})" if "input" in err
                                                           and not isinstance(err["input"], dict) else ""))
         raise XiStudyError(problems, source) from None
 
@@ -151,12 +162,12 @@ def parse_spec(raw: dict[str, Any], source: str | None = None) -> XiStudySpec:
 def load_spec(path: str | Path) -> XiStudySpec:
     """Read and validate a spec file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise XiStudyError([f"cannot read the spec: {exc.strerror or exc}"], str(path)) from None
+    # a regular file of at most MAX_SCENARIO_BYTES, UTF-8: /dev/zero, a pipe or a Latin-1 file is refused by name
+    text = read_text_limited(path, MAX_SCENARIO_BYTES, lambda message: XiStudyError([message.removeprefix(f"{path}: ")], str(path)))
     try:
         raw = tomllib.loads(text)
+    except RecursionError:
+        raise XiStudyError(["not valid TOML (arrays or tables nested too deeply)"], str(path)) from None
     except tomllib.TOMLDecodeError as exc:
         raise XiStudyError([f"not valid TOML: {exc}"], str(path)) from None
     return parse_spec(raw, str(path))

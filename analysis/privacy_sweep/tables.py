@@ -13,6 +13,7 @@ import numpy as np
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.figures.ci import mean_ci
 from analysis.privacy_sweep.spec import COLUMNS, RULES, Budget, SweepRow
+from analysis.typed_csv import read_typed
 
 
 def write_csv(rows: Iterable[SweepRow], path: Path) -> Path:
@@ -26,8 +27,8 @@ def write_csv(rows: Iterable[SweepRow], path: Path) -> Path:
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    """The rows of a CSV table as text (a regular UTF-8 file, bounded: :func:`analysis.typed_csv.read_typed`)."""
+    return read_typed(path, lambda key, text: text)
 
 
 def aggregate(rows: Sequence[SweepRow]) -> list[dict[str, Any]]:

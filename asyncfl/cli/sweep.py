@@ -54,6 +54,9 @@ def _run(args: argparse.Namespace, grid: Grid, axes: tuple) -> int:
     if not args.quiet:
         console.print(summary_table(result.summary, [a.key for a in axes]))
         say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'summary.csv'}")
+    for o in result.outcomes:  # a kept run that was not this command's run (another resolved scenario or asyncfl)
+        if o.status == "completed" and o.message:
+            warn(f"{o.name}: {o.message}")
     for o in failed:  # always said, even with --quiet: the exit code is not 0 because of them
         warn(f"{o.status}: {o.name}: {o.message or 'no message'}")
     if failed:

@@ -17,12 +17,14 @@ quote its content. Torch-free.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import reprlib
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, TextIO
 
 from asyncfl.errors import ScenarioError
 
@@ -30,6 +32,8 @@ from asyncfl.errors import ScenarioError
 MAX_SCENARIO_BYTES = 1 << 20
 #: the largest ``summary.json`` read
 MAX_JSON_BYTES = 16 << 20
+#: the largest CSV table of a run, sweep or study directory read (``metrics.csv``, ``results.csv``)
+MAX_TABLE_BYTES = 1 << 30
 
 Fail = Callable[[str], Exception]
 
@@ -90,7 +94,23 @@ def read_text_limited(path: str | Path, limit: int, fail: Fail) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise fail(f"{path}: not UTF-8 text") from None
+        raise fail(f"{path}: not UTF-8 text (save it as UTF-8)") from None
+
+
+def open_text_limited(path: str | Path, limit: int, fail: Fail) -> TextIO:
+    """:func:`open_limited` as UTF-8 text with newlines left as they are (what :mod:`csv`
+    needs); a byte that is not UTF-8 raises ``UnicodeDecodeError`` while reading."""
+    return io.TextIOWrapper(open_limited(path, limit, fail), encoding="utf-8", newline="")
+
+
+def read_json_limited(path: str | Path, limit: int, fail: Fail) -> Any:
+    """The JSON value of the regular file ``path`` (:func:`read_limited`); a file that is not
+    UTF-8 JSON raises ``fail`` naming it (and the kind of error, never its content)."""
+    data = read_limited(path, limit, fail)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise fail(f"{path}: not valid JSON ({exc.__class__.__name__})") from None
 
 
 # -- files named in a scenario ------------------------------------------------------------------

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Sequence
 
-from asyncfl.config.files import open_limited
+from asyncfl.config.files import MAX_SCENARIO_BYTES, open_limited, read_text_limited
 from asyncfl.errors import RunDirError
 from asyncfl.records import task_metrics
 from asyncfl.figures.style import LOG_METRICS, METRIC_LABELS, STEP_LABEL, TIME_LABEL, figure, integer_ticks, save, styled, title
@@ -70,8 +70,9 @@ def series(run_dir: Path) -> dict[str, list[float]]:
 def run_name(run_dir: Path) -> str:
     """The scenario's name (``scenario.toml``), else the folder's."""
     try:
-        return str(tomllib.loads((run_dir / "scenario.toml").read_text(encoding="utf-8")).get("name") or run_dir.name)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        text = read_text_limited(run_dir / "scenario.toml", MAX_SCENARIO_BYTES, RunDirError)  # a regular file, bounded
+        return str(tomllib.loads(text).get("name") or run_dir.name)
+    except (RunDirError, tomllib.TOMLDecodeError, RecursionError):
         return run_dir.name
 
 

@@ -22,6 +22,8 @@ import numpy as np
 
 from asyncfl.components import allow
 from asyncfl.components.core import KINDS
+from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
+from asyncfl.errors import RunDirError
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.figures.style import TIME_LABEL, colorbar, figure, integer_ticks, save, styled, title
 from asyncfl.run.bias_report import leading_counts, load_run
@@ -104,7 +106,10 @@ def plot_staleness(run_dir: str | Path, path: str | Path | None = None, fmt: str
     """Draw the three panels into ``path`` (default ``RUN_DIR/staleness.png``; ``fmt`` png, pdf
     or svg), titled with the scenario's name (docs/run-directory.md §11)."""
     run_dir = Path(run_dir)
-    raw = tomllib.loads((run_dir / "scenario.toml").read_text(encoding="utf-8"))
+    try:  # a regular file, bounded: a FIFO in its place is refused, never waited on
+        raw = tomllib.loads(read_text_limited(run_dir / "scenario.toml", MAX_SCENARIO_BYTES, RunDirError))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise RunDirError(f"{run_dir / 'scenario.toml'}: not valid TOML ({exc.__class__.__name__})") from None
     server = raw.get("server", {})
     stats = staleness_stats(run_dir)
     times, level = in_flight(run_dir)

@@ -215,23 +215,59 @@ def sensitivity_squared(C: np.ndarray, k: int, b: int) -> float:
         return _best_separated_sum(np.einsum("ij,ij->j", C, C), k, b)
     col = C[:, 0]
     if np.array_equal(C, toeplitz(col, T)) and np.all(col >= 0) and np.all(np.diff(col) <= 0):
-        summed = np.zeros(T)
-        for q in np.arange(_admissible_count(T, k, b)) * b:  # Σ_{p∈π} C[:, p], π = {0, b, 2b, …}
-            summed[q:] += col[: T - q]
+        summed = _pattern_sum(col, T, _admissible_count(T, k, b), b)  # Σ_{p∈π} C[:, p], π = {0, b, 2b, …}
         return float((summed**2).sum())
     raise ValueError("sensitivity: no exact method for this strategy and schema (need columns b apart with "
                      "disjoint supports, or a Toeplitz strategy with a non-negative, non-increasing column)")
 
 
 def _best_separated_sum(values: np.ndarray, k: int, b: int) -> float:
-    """``max Σ_{t∈π} values[t]`` over ``|π| ≤ k`` with gaps ``≥ b`` (values ≥ 0): a DP over t."""
+    """``max Σ_{t∈π} values[t]`` over ``|π| ≤ k`` with gaps ``≥ b`` (values ≥ 0): the dynamic
+    programme ``best_j[t] = max(best_j[t+1], values[t] + best_{j−1}[t+b])`` (the best sum of at
+    most ``j`` picks among columns ``≥ t``). For each ``j`` it is a running maximum from the right
+    of ``values[t] + best_{j−1}[t+b]``, one numpy pass of ``O(T)`` (the same additions and
+    comparisons as the scalar loop, so the same bits); ``j`` stops at ``k′ = min(k, ⌈T/b⌉)``,
+    or earlier once another pick adds nothing."""
+    values = np.asarray(values, dtype=np.float64)
     T = values.size
-    # best[j][t]: best sum of at most j picks among columns ≥ t
-    best = np.zeros((k + 1, T + b + 1))
-    for j in range(1, k + 1):
-        for t in range(T - 1, -1, -1):
-            best[j, t] = max(best[j, t + 1], values[t] + best[j - 1, t + b])
-    return float(best[k, 0])
+    best = np.zeros(T + b + 1)  # best_0 = 0; entries t ≥ T stay 0 (no columns left)
+    for _ in range(_admissible_count(T, k, b) if T else 0):
+        candidate = values + best[b: b + T]
+        nxt = best.copy()
+        nxt[:T] = np.maximum.accumulate(candidate[::-1])[::-1]
+        if np.array_equal(nxt, best):
+            break
+        best = nxt
+    return float(best[0])
+
+
+#: up to this many pattern terms the optimisers sum the shifted columns one by one, as before
+#: (the same bits as earlier versions); beyond it by a windowed cumulative sum, O(T) per step
+DIRECT_TERMS = 64
+
+
+def _pattern_sum_t(col: torch.Tensor, T: int, terms: int, b: int) -> torch.Tensor:
+    """``Σ_{m < terms} col`` shifted down by ``m·b`` (the columns ``{0, b, 2b, …}`` of a Toeplitz
+    ``C`` summed), differentiable. Entry ``t`` is the sum of ``col[t − m b]`` over the last
+    ``terms`` indices of ``t``'s residue class mod ``b``: with ``x[i, r] = col[i b + r]`` and
+    ``S = cumsum(x)`` over ``i``, it is ``S[i] − S[i − terms]``."""
+    if terms <= DIRECT_TERMS:
+        return sum(torch.nn.functional.pad(col[: T - q], (q, 0)) for q in range(0, min(terms * b, T), b))
+    n = -(-T // b)
+    x = torch.nn.functional.pad(col[:T], (0, n * b - T)).reshape(n, b)
+    cs = torch.cumsum(x, dim=0)
+    if terms < n:
+        cs = cs - torch.nn.functional.pad(cs[: n - terms], (0, 0, terms, 0))
+    return cs.reshape(-1)[:T]
+
+
+def _pattern_sum(col: np.ndarray, T: int, terms: int, b: int) -> np.ndarray:
+    """:func:`_pattern_sum_t` in numpy, summed term by term (exact; ``terms`` numpy passes of
+    ``O(T)``)."""
+    summed = np.zeros(T)
+    for q in range(0, min(terms * b, T), b):
+        summed[q:] += col[: T - q]
+    return summed
 
 
 def strategy_sensitivity_squared(strategy: Strategy, k: int, b: int) -> float:
@@ -245,9 +281,7 @@ def strategy_sensitivity_squared(strategy: Strategy, k: int, b: int) -> float:
         tail = np.cumsum(c**2)  # ‖C[:, t]‖² = tail[T − 1 − t]
         return _best_separated_sum(tail[::-1].copy(), k, b)
     if np.all(c >= 0) and np.all(np.diff(c) <= 0):
-        summed = np.zeros(T)
-        for q in np.arange(_admissible_count(T, k, b)) * b:
-            summed[q:] += c[: T - q]
+        summed = _pattern_sum(c, T, _admissible_count(T, k, b), b)
         return float((summed**2).sum())
     return sensitivity_squared(strategy.matrix(), k, b)  # raises: no exact method
 
@@ -315,7 +349,10 @@ def optimize_banded(workload: np.ndarray, bands: int, k: int = 1, b: int | None 
         col = column(p)
         sq = col**2
         # ‖C[:, t]‖² = Σ_{j < min(b̂, T−t)} c_j²
-        sens2 = sum(sq[: min(bands, T - int(t))].sum() for t in starts)
+        if len(starts) <= DIRECT_TERMS:
+            sens2 = sum(sq[: min(bands, T - int(t))].sum() for t in starts)
+        else:  # every start but the last few sees all b̂ bands: cumulative sums, O(k′)
+            sens2 = torch.cumsum(sq, 0)[(T - starts).clamp(max=bands) - 1].sum()
         return _loss_t(col, a, T, sens2) / T
 
     p = _minimize(init, loss, iters) if bands > 1 else init
@@ -332,7 +369,7 @@ def optimize_blt(workload: np.ndarray, buffers: int, k: int = 1, b: int = 1, ite
     T = a_np.size
     a = torch.as_tensor(a_np)
     n = int(buffers)
-    pts = torch.arange(_admissible_count(T, k, b)) * b
+    terms = _admissible_count(T, k, b)
     j = torch.arange(T - 1, dtype=torch.float64)
     # start: decays spread on a log scale, mass 1/2 on c_1 as in the square root
     init = torch.cat([torch.logit(torch.as_tensor(1.0 - np.geomspace(0.5, 2.0 / T, n))),
@@ -351,7 +388,7 @@ def optimize_blt(workload: np.ndarray, buffers: int, k: int = 1, b: int = 1, ite
     def loss(p: torch.Tensor) -> torch.Tensor:
         col = column(p)
         # Σ_{p∈π} C[:, p] = Σ_p (c shifted down by p): the pattern's columns summed
-        summed = sum(torch.nn.functional.pad(col[: T - int(q)], (int(q), 0)) for q in pts)
+        summed = _pattern_sum_t(col, T, terms, b)
         sens2 = (summed**2).sum()
         return _loss_t(col, a, T, sens2) / T
 

@@ -153,6 +153,8 @@ def _npy_header(path: Path, name: str, member: Any, info: zipfile.ZipInfo) -> tu
         shape, fortran, dtype = read_header(member)
     except ValueError as exc:
         raise RunDirError(f"{path}: {name} is not a numpy array ({exc})") from None
+    if any(not isinstance(n, int) or n < 0 for n in shape):
+        raise RunDirError(f"{path}: {name}'s header says shape {shape}; an array's dimensions are non-negative integers")
     if dtype.hasobject or dtype.itemsize == 0:
         raise RunDirError(f"{path}: {name} holds {dtype}, not numbers")
     if fortran and sum(n > 1 for n in shape) > 1:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from asyncfl.config.files import read_limited
 from asyncfl.errors import RunDirError, UsageError
 from asyncfl.run.rundir import LOCK_NAME, RunLock, atomic_write, foreign_files
 
@@ -87,19 +88,58 @@ def is_run_dir(path: Path) -> bool:
     return (path / "scenario.toml").is_file() and ((path / "summary.json").is_file() or (path / "metrics.csv").is_file())
 
 
+#: the largest ownership record read (a study of thousands of runs lists each in a few hundred kB)
+MAX_MARKER_BYTES = 16 << 20
+
+
 def read_marker(path: Path) -> dict[str, Any] | None:
-    """The marker of folder ``path`` (None without one); a damaged one is a RunDirError."""
+    """The marker of folder ``path`` (None without one); a damaged one is a RunDirError, and so
+    is one whose ``runs`` names anything but a folder under the folder's own ``runs/``
+    (:func:`run_entry_problem`): the record is data, never an order to remove what it names."""
     marker = Path(path) / MARKER
-    if not marker.is_file():
+    if not marker.exists() and not marker.is_symlink():
         return None
     try:
-        data = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(read_limited(marker, MAX_MARKER_BYTES, RunDirError).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise RunDirError(f"{marker}: not an asyncfl ownership record ({exc.__class__.__name__}); the folder is damaged: "
                           "choose another --out") from None
     if not isinstance(data, dict) or not isinstance(data.get("kind"), str) or not isinstance(data.get("runs", []), list):
         raise RunDirError(f"{marker}: not an asyncfl ownership record; the folder is damaged: choose another --out")
+    for entry in data.get("runs", []):
+        problem = run_entry_problem(Path(path), entry)
+        if problem:
+            raise RunDirError(f"{marker}: lists {_short(entry)} among the runs it made, {problem}; an ownership record may "
+                              "name only run directories under the folder's own runs/ (relative paths, no '..', no symbolic "
+                              "links); nothing was removed: choose another --out")
     return data
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def run_entry_problem(folder: Path, entry: Any) -> str | None:
+    """Why ``entry`` of an ownership record's ``runs`` is not a run directory this folder's
+    command can have made (None when it is): it must be a relative POSIX path ``runs/…`` of
+    plain names (no ``..``, ``.``, empty part, backslash or control character), and no part of
+    it inside ``folder`` may be a symbolic link (which could lead outside)."""
+    if not isinstance(entry, str):
+        return "which is not a path"
+    if not entry or entry.startswith("/") or "\\" in entry or any(ord(c) < 32 or ord(c) == 127 for c in entry):
+        return "which is not a relative path"
+    parts = entry.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "a path with an empty, '.' or '..' part (it could lead outside the folder)"
+    if parts[0] != "runs" or len(parts) < 2:
+        return "which is not under runs/ (a command removes only the run directories it made there)"
+    step = Path(folder)
+    for part in parts:
+        step = step / part
+        if step.is_symlink():
+            return f"and {step} is a symbolic link (it could lead outside the folder)"
+    return None
 
 
 def kind_of(path: Path) -> str | None:
@@ -170,6 +210,10 @@ class OutDir:
         known = set(runs)
         for rel in rel_dirs:
             rel = Path(rel).as_posix()
+            problem = run_entry_problem(self.path, rel)
+            if problem:  # a name from a spec (a task called '..') must not place a run outside runs/
+                raise UsageError(f"--out {self.path}: {self.kind.command} would write the run directory {_short(rel)}, "
+                                 f"{problem}; rename what names it (a task, a rule) to plain letters, digits, '_', '-', '.'")
             if rel not in known:
                 runs.append(rel)
                 known.add(rel)
@@ -215,17 +259,14 @@ def foreign_entries(path: Path, kind: Kind, marker: dict[str, Any] | None) -> li
     """Everything in ``path`` that ``kind``'s command did not make (relative names)."""
     runs = set(_own_runs(path, marker))
     foreign: list[str] = []
+    # the folders between runs/ and a run directory (a study's runs/TASK/PRIVACY/…)
+    between = {"/".join(rel.split("/")[:i]) for rel in runs for i in range(2, rel.count("/") + 1)}
     for child in path.iterdir():
         name = child.name
         if name in (MARKER, LOCK_NAME):
             continue
         if name == "runs" and child.is_dir() and not child.is_symlink():
-            for run in child.iterdir():
-                rel = f"runs/{run.name}"
-                if rel not in runs or not run.is_dir() or run.is_symlink():
-                    foreign.append(rel)
-                else:
-                    foreign += [f"{rel}/{n}" for n in foreign_files(run)]
+            foreign += _foreign_runs(child, "runs", runs, between)
         elif name in kind.folders and child.is_dir() and not child.is_symlink():
             foreign += [f"{name}/{c.name}" for c in child.iterdir()
                         if not (c.is_file() and any(fnmatch.fnmatchcase(c.name, p) for p in kind.folders[name]))]
@@ -234,14 +275,38 @@ def foreign_entries(path: Path, kind: Kind, marker: dict[str, Any] | None) -> li
     return foreign
 
 
+def _foreign_runs(folder: Path, rel: str, runs: set[str], between: set[str]) -> list[str]:
+    """What ``folder`` (``rel`` in the output folder: ``runs`` or a folder between it and a run
+    directory) holds besides the command's run directories and the folders leading to them."""
+    foreign: list[str] = []
+    for child in folder.iterdir():
+        sub = f"{rel}/{child.name}"
+        if not child.is_dir() or child.is_symlink():
+            foreign.append(sub)
+        elif sub in runs:
+            foreign += [f"{sub}/{n}" for n in foreign_files(child)]
+        elif sub in between:
+            foreign += _foreign_runs(child, sub, runs, between)
+        else:
+            foreign.append(sub)
+    return foreign
+
+
 def _remove_own(path: Path, kind: Kind, marker: dict[str, Any] | None) -> None:
-    """Remove what ``kind``'s command made in ``path`` (after :func:`foreign_entries` found nothing else)."""
+    """Remove what ``kind``'s command made in ``path`` (after :func:`foreign_entries` found
+    nothing else): its run directories, the folders left empty between them and ``runs/``,
+    its folders of files and its files. Nothing reached through a symbolic link is removed."""
+    root = path.resolve()
     for rel in _own_runs(path, marker):
         run = path / rel
-        if run.is_dir() and not run.is_symlink():
+        if run_entry_problem(path, rel) is not None:  # read_marker refused such a record: never reached
+            continue
+        if run.is_dir() and root in run.resolve().parents:
             shutil.rmtree(run)
-    if (path / "runs").is_dir() and not any((path / "runs").iterdir()):
-        (path / "runs").rmdir()
+        parent = run.parent  # the folders between runs/ and the run, when now empty
+        while parent != path and parent.is_dir() and not parent.is_symlink() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
     for name in kind.folders:
         folder = path / name
         if folder.is_dir() and not folder.is_symlink():

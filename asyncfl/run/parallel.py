@@ -45,6 +45,7 @@ from asyncfl.config.scenario import Scenario
 from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import AsyncFLError, NumericalFault, RunDirError, SimulationStalled, UsageError
 from asyncfl.run import runner
+from asyncfl.run.reuse import stale_reason
 from asyncfl.run.rundir import atomic_write, read_json
 
 #: statuses after which a run is not run again
@@ -92,13 +93,17 @@ def run_job(job: RunJob) -> RunOutcome:
     start = time.perf_counter()
     out = Path(job.out)
     done = read_summary(out)
-    if done.get("status") in FINAL_STATUSES and (out / "scenario.toml").is_file():
+    recorded = (out / "scenario.toml").is_file()
+    stale = stale_reason(out, job.scenario, done) if recorded else None  # never reuse another scenario's run
+    if stale is None and done.get("status") in FINAL_STATUSES and recorded:
         if job.after is not None:  # idempotent: a run killed between its summary and this completes here
             job.after(out)
         return RunOutcome(job.name, out, done["status"], str(done.get("error", "")), done, 0.0, True)
-    status, message = "completed", ""
+    status, message = "completed", f"run again: the run found was {stale}" if stale else ""
     try:
-        if (out / "scenario.toml").is_file():
+        if stale is not None:  # its files are replaced (only a run directory's files: anything else is refused)
+            runner.run_to_dir_blocking(job.scenario, out, overwrite=True)
+        elif recorded:
             runner.resume_dir_blocking(out)
         else:
             runner.run_to_dir_blocking(job.scenario, out, overwrite=True)

@@ -9,7 +9,7 @@
 * ``privacy.csv`` — private runs: ε spent after every evaluation step (``PRIVACY_FIELDS``);
 * ``privacy_clients.csv`` — private runs: each client's participations and realised ε
   (``PRIVACY_CLIENT_FIELDS``, docs/privacy.md §11);
-* ``summary.json`` — status, final metrics, wall time, counters;
+* ``summary.json`` — status, final metrics, wall time, counters, the ``asyncfl_version`` that made it;
 * ``model.pt`` — the final model's ``state_dict``;
 * ``checkpoint.pt`` — the last checkpoint (``[run] checkpoint_every``, SIGINT, divergence;
   ``asyncfl.run.checkpoint``), from which ``asyncfl resume`` continues.
@@ -47,6 +47,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from asyncfl import __version__
 from asyncfl.config.files import MAX_JSON_BYTES, open_limited, read_limited
 from asyncfl.errors import RunDirError
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, UpdateRow
@@ -441,7 +442,8 @@ class RunWriter:
         atomic_write(self.path / name, write)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json(self.path / "summary.json", {"format_version": FORMAT_VERSION, **summary})
+        # asyncfl_version: which asyncfl made the run (a sweep or study reuses a run only of its own version)
+        write_json(self.path / "summary.json", {"format_version": FORMAT_VERSION, "asyncfl_version": __version__, **summary})
 
     def write_model(self, state_dict: dict[str, torch.Tensor]) -> None:
         write_bytes(self.path / "model.pt", torch_bytes(state_dict))

@@ -38,8 +38,11 @@ def soft_threshold(v: torch.Tensor, a: float) -> torch.Tensor:
 
 
 def _groups(v: torch.Tensor, size: int) -> torch.Tensor:
-    """``v`` (length d) as rows of ``size`` coordinates, the last row zero-padded."""
+    """``v`` (length d) as rows of ``size`` coordinates, the last row zero-padded. A group
+    larger than the model is the whole model: one row of the d coordinates (zero padding adds
+    nothing to a norm, and ``server.group_size = 5e8`` must not allocate 5e8 zeros)."""
     d = v.numel()
+    size = min(int(size), max(d, 1))
     pad = (-d) % size
     return torch.cat([v.reshape(-1), v.new_zeros(pad)]).reshape(-1, size)
 

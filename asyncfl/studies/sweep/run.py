@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import tomli_w
 
+from asyncfl.config.files import MAX_SCENARIO_BYTES, read_limited, read_text_limited
 from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import AsyncFLError, RunDirError, UsageError
 from asyncfl.records import task_metrics
@@ -58,7 +59,7 @@ def spec_dict(grid: Grid) -> dict[str, Any]:
     return {
         "version": SPEC_VERSION,
         "scenario": str(path),
-        "scenario_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "scenario_sha256": hashlib.sha256(read_limited(path, MAX_SCENARIO_BYTES, UsageError)).hexdigest(),
         "set": list(grid.overrides),
         "seeds": list(grid.seeds),
         "grid": [{"key": a.key, "values": list(a.values)} for a in grid.axes],
@@ -69,11 +70,11 @@ def read_spec(out: Path) -> dict[str, Any] | None:
     """The ``sweep.toml`` of the sweep in ``out`` (None when there is none); a record that does
     not parse or lacks the fields of a sweep is a UsageError naming it."""
     path = out / SPEC_NAME
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    try:
-        spec = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    try:  # a regular file, bounded: a FIFO in its place is refused, never waited on
+        spec = tomllib.loads(read_text_limited(path, MAX_SCENARIO_BYTES, UsageError))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise UsageError(f"{path}: not a sweep record ({exc.__class__.__name__}); choose another --out") from None
     grid, seeds = spec.get("grid", []), spec.get("seeds", [])
     if not (isinstance(grid, list) and all(isinstance(a, dict) and isinstance(a.get("key"), str) and isinstance(a.get("values"), list)
