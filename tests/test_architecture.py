@@ -7,8 +7,7 @@ checkers execute) and every registry target (a ``"asyncfl.module:attribute"`` st
 
 * the graph of imports that execute plus registry targets has no cycle: a module a registry
   points to never imports, directly or not, the registry that points to it — registries are
-  resolved by the modules that compose a run (``*/compose.py``, ``clients/build.py``, the engine),
-  never by the implementations;
+  resolved by the composition root (``asyncfl/compose.py``), never by the implementations;
 * the library never imports ``analysis``, and ``analysis`` imports only the library and itself;
 * the library imports its own modules at module level only (lazy loading goes through a
   registry);
@@ -37,6 +36,7 @@ LAYERS: list[set[str]] = [
     {"tasks", "compute"},
     {"server", "clients", "privacy"},
     {"sim"},
+    {"compose"},  # the composition root: builds every part, hands the engine finished objects
     {"run"},
     {"figures", "studies", "results"},
     {"cli", "api", "__main__"},  # python -m asyncfl is the command line

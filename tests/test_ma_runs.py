@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from asyncfl.cli.main import main
-from asyncfl.sim.engine import run_blocking
+from asyncfl.compose import run_blocking
 from asyncfl.run.rundir import read_csv
 from asyncfl.run.runner import run_to_dir_blocking
 

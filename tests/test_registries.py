@@ -127,7 +127,7 @@ def test_every_rule_builds_from_its_own_config_and_steps(name: str) -> None:
 
 
 def test_make_rule_builds_the_named_component() -> None:
-    from asyncfl.server.compose import make_rule
+    from asyncfl.compose import build_rule as make_rule
 
     for name in RULES.names:
         assert type(make_rule(sc.validate(make_raw(**{"server.rule": name})))) is RULES.load(name).__self__
@@ -241,23 +241,23 @@ def test_build_task_refuses_an_unregistered_name_listing_every_task() -> None:
 
 
 @pytest.mark.parametrize("name", EXECUTORS.names)
-def test_every_executor_target_builds_from_task_client_run_recipe(name: str) -> None:
+def test_every_executor_builder_has_the_one_builder_shape(name: str) -> None:
     build = EXECUTORS.load(name)
-    assert list(inspect.signature(build).parameters) == ["task", "client", "solver", "run", "recipe"]
+    assert list(inspect.signature(build).parameters) == ["cfg", "ctx"]
 
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("name", ["inline", "threads"])
 async def test_the_in_process_executors_train_a_job(name: str) -> None:
-    from asyncfl.compute.compose import make_executor
+    from asyncfl.compose import build_executor
     from asyncfl.compute.executors import InlineExecutor, ThreadExecutor
-    from asyncfl.compute.compose import local_train
+    from asyncfl.compose import local_train
     from asyncfl.compute.training import LocalJob
     from asyncfl.tasks import build_task
 
     scenario = sc.validate(make_raw(**{"run.executor": name, "run.workers": 2}))
     task = build_task(scenario.task, scenario.population.clients, scenario.seed)
-    executor = make_executor(task, scenario.client, scenario.run, scenario)
+    executor = build_executor(scenario, task)
     assert type(executor) is {"inline": InlineExecutor, "threads": ThreadExecutor}[name]
     job = LocalJob(1, task.initial_theta, task.initial_theta, 0.0, 11)
     try:
@@ -268,11 +268,12 @@ async def test_the_in_process_executors_train_a_job(name: str) -> None:
 
 
 def test_make_executor_refuses_an_unregistered_name() -> None:
-    from asyncfl.compute.compose import make_executor
+    from asyncfl.compose import build_executor
 
-    run = sc.RunConfig().model_copy(update={"executor": "mpi"})  # bypasses validation on purpose
+    scenario = sc.validate(make_raw())
+    run = scenario.run.model_copy(update={"executor": "mpi"})  # bypasses validation on purpose
     with pytest.raises(ScenarioError, match=r"run.executor = 'mpi': unknown executor \(a registered name.*\). Allowed: inline, threads, processes, ray"):
-        make_executor(None, sc.ClientConfig(local_steps=1), run)
+        build_executor(scenario.model_copy(update={"run": run}), None)
 
 
 @pytest.mark.parametrize("name", ACCOUNTANTS.names)
@@ -506,7 +507,7 @@ def test_simplex_counts_are_accepted_and_a_private_run_uses_them(monkeypatch: py
     from asyncfl.privacy import aggregator as private_aggregator
     from asyncfl.privacy.mechanism import project_simplex
     from asyncfl.server.aggregation import weight_row
-    from asyncfl.sim.engine import run_blocking
+    from asyncfl.compose import run_blocking
 
     raw = make_raw(**{"run.steps": 6, "run.eval_every": 6})
     raw["privacy"] = {"enabled": True, "clip": 1.0, "noise_multiplier": 0.5, "xi": 1.0, "counts": "simplex"}

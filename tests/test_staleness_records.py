@@ -35,7 +35,7 @@ from asyncfl.errors import RunDirError
 from asyncfl.results import load_run
 from asyncfl.run import checkpoint, counts_file
 from asyncfl.run.runner import run_to_dir_blocking
-from asyncfl.sim.engine import Simulation, run_blocking
+from asyncfl.compose import build_simulation, run_blocking
 from asyncfl.staleness_counts import StalenessCounts
 
 from conftest import make_scenario, through_file, whole_and_resumed
@@ -198,7 +198,7 @@ def test_a_resumed_sparse_run_ends_with_the_same_counts(tmp_path, monkeypatch):
 
 def test_a_checkpoint_of_the_earlier_dense_rows_is_read_into_the_same_counts():
     scenario = make_scenario({"run.steps": 30})
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     run = run_blocking(scenario)  # the whole run: its state is a checkpoint at the last step
     state = run.state()
     rows = [row.copy() for row in run.by_staleness()]  # before: one dense row of max_staleness + 1 counts a step
@@ -206,7 +206,7 @@ def test_a_checkpoint_of_the_earlier_dense_rows_is_read_into_the_same_counts():
     back = through_file(old)
     ck = checkpoint.Checkpoint(None, scenario.to_toml(), back, {"updates.csv": state.counters.rows,  # type: ignore[arg-type]
                                                                 "metrics.csv": 1 + 30 // scenario.run.eval_every}, {})
-    assert checkpoint.validate(ck, sim.state(), scenario) == []
+    assert checkpoint.validate(ck, sim.state(), scenario, sim.protocol) == []
     np.testing.assert_array_equal(ck.state.records.by_staleness.used_entries, state.records.by_staleness.used_entries)
     assert ck.state.records.by_staleness.columns == 7
     # and inconsistent counts are named
@@ -214,7 +214,7 @@ def test_a_checkpoint_of_the_earlier_dense_rows_is_read_into_the_same_counts():
                                                      list(state.records.step_times)))
     ck = checkpoint.Checkpoint(None, scenario.to_toml(), bad, ck.csv_rows, {})  # type: ignore[arg-type]
     assert any("state.records.by_staleness: an entry names step 31, outside 1 … 30" in p
-               for p in checkpoint.validate(ck, sim.state(), scenario))
+               for p in checkpoint.validate(ck, sim.state(), scenario, sim.protocol))
 
 
 def _parts(scenario) -> dict[str, int]:

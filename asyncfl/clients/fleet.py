@@ -59,7 +59,7 @@ class Fleet:
     ``busy[k]`` is True while client ``k`` trains. Selection is uniform over idle, online
     clients and consumes the ``selection`` stream only. A job's latency is ``speed_k ×
     draw(rng)`` with ``draw`` the scenario's latency model bound to its config
-    (``asyncfl.clients.build.latency_sampler``), or the client's fixed ``job_latency[k]``
+    (the latency component's product, mode ``draw``), or the client's fixed ``job_latency[k]``
     (FedScale); give one of them. ``availability`` None = always online.
 
     ``participation`` (private runs; set by the simulation) further restricts selection to the
@@ -71,7 +71,7 @@ class Fleet:
 
     def __init__(
         self,
-        scenario: sc.Scenario,
+        population: sc.PopulationConfig,
         streams: dict[str, np.random.Generator],
         *,
         draw: LatencySampler | None = None,
@@ -80,7 +80,7 @@ class Fleet:
     ) -> None:
         if (draw is None) == (job_latency is None):
             raise ValueError("Fleet needs exactly one of draw (a latency model) and job_latency (fixed latencies)")
-        pop = scenario.population
+        pop = population
         self.size = pop.clients
         self.speeds = draw_speeds(pop, streams["speed"])
         self.job_latency = job_latency

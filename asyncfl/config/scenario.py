@@ -450,9 +450,7 @@ def _work_problems(sc: Scenario, per_step: int) -> list[str]:
 def _resolved(sc: Scenario) -> Scenario:
     """``sc`` with the protocol's derived defaults (``buffer``, ``concurrency``/``cohort``) filled
     in and trace paths made absolute."""
-    resolve = sc.component("protocol").traits.resolve
-    server = sc.server.model_copy(update=resolve(sc)) if resolve is not None else sc.server
-    sc = dataclasses.replace(sc, server=server)
+    sc = dataclasses.replace(sc, server=_resolved_server(sc))
     absolute = {}
     for section in ORDER:
         table = getattr(sc, section)
@@ -460,6 +458,34 @@ def _resolved(sc: Scenario) -> Scenario:
         if update:
             absolute[section] = table.model_copy(update=update)
     return dataclasses.replace(sc, **absolute)
+
+
+def _resolved_server(sc: Scenario) -> Any:
+    """``[server]`` with the protocol's derived defaults (``ProtocolTraits.resolve``), its result
+    checked: a mapping of ``[server]`` keys, after which ``server.buffer`` and the protocol's
+    in-flight key are positive integers. A protocol that leaves one unset is a
+    :class:`ScenarioError` naming it (docs/protocol.md §8), not a ``TypeError`` later."""
+    protocol = sc.component("protocol")
+    traits, label = protocol.traits, f"server.protocol = {protocol.name!r}"
+    update = traits.resolve(sc) if traits.resolve is not None else {}
+    if not isinstance(update, Mapping):
+        raise ScenarioError([f"{label}: its ProtocolTraits.resolve returned {type(update).__name__}, not a mapping of "
+                             "[server] keys to their derived values"])
+    fields = type(sc.server).model_fields
+    unknown = sorted(str(k) for k in update if k not in fields)
+    if unknown:
+        raise ScenarioError([f"{label}: its ProtocolTraits.resolve sets {', '.join(unknown)}, which [server] does not "
+                             f"have (keys: {', '.join(fields)})"])
+    server = sc.server.model_copy(update=dict(update))
+    problems = []
+    for key in dict.fromkeys(("buffer", traits.in_flight_key)):
+        value = getattr(server, key, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            how = "set it in the scenario, or give the protocol a ProtocolTraits.resolve that derives it"
+            problems.append(f"server.{key} = {_fmt(value)}: {label} needs a positive integer ({how})")
+    if problems:
+        raise ScenarioError(problems)
+    return server
 
 
 def _trait_problems(sc: Scenario, parts: dict[str, Component]) -> list[str]:
@@ -786,3 +812,18 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), unset: l
         return validate(raw)
     except ScenarioError as exc:
         raise ScenarioError(exc.problems, source=str(path)) from None
+
+
+def replay_scenario(scenario: Scenario, file: str | Path, **overrides: object) -> Scenario:
+    """``scenario`` with its latency replaced by a replay of ``file`` (speed models and
+    availability reset, as the trace holds them), plus dotted-key ``overrides``
+    (``{"server.rule": "sgd"}``; naming another component drops the old one's keys, as ``--set``
+    does)."""
+    raw = scenario.to_dict()
+    raw["latency"] = {"dist": "trace", "file": absolute_file(str(file))}
+    pop = raw["population"]
+    for key in ("speed_sigma", "slow_fraction", "slow_factor"):
+        pop.pop(key, None)
+    apply_values(raw, [("population.availability", KINDS["availability"].default)])
+    apply_values(raw, list(overrides.items()))
+    return validate(raw)

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from asyncfl.components.contracts import returns
+
 if TYPE_CHECKING:
     import dp_accounting
 
@@ -109,3 +111,8 @@ def pld_epsilon(releases: Releases, sigma: float, delta: float) -> float:
         return _rdp_epsilon(releases, sigma, delta)
     acc = pld.PLDAccountant(value_discretization_interval=interval)
     return float(acc.compose(releases.event(sigma)).get_epsilon(delta))
+
+
+# the accountant components' builders (asyncfl.components.builtin): build(cfg, ctx) -> Accountant
+build_pld = returns(pld_epsilon)
+build_rdp = returns(rdp_epsilon)

@@ -185,7 +185,7 @@ class PrivacySetup:
 
     @property
     def assumption(self) -> SamplingAssumption:
-        return SAMPLINGS.load(self.sampling)
+        return SAMPLINGS.make(self.sampling)
 
     @property
     def cap(self) -> int | None:
@@ -209,7 +209,7 @@ def resolve_sigma(privacy_cfg: Any, shape: RunShape) -> tuple[float, Releases]:
     p = privacy_cfg
     if p.sampling not in SAMPLINGS:
         raise ScenarioError([SAMPLINGS.unknown(p.sampling)])
-    releases = SAMPLINGS.load(p.sampling).releases(shape)
+    releases = SAMPLINGS.make(p.sampling).releases(shape)
     if REGISTRY.get("noise", p.noise).traits.correlated:
         releases = Releases(1)  # C X is one Gaussian release; the participations are inside sens(C) (§12)
     if p.noise_multiplier is not None:
@@ -239,7 +239,7 @@ def sampling_report(sampling: str, shape: RunShape) -> dict[str, Any]:
     ``sampling_rate`` q or ``max_participations`` k: what a table says the ε rests on."""
     if sampling not in SAMPLINGS:
         raise ScenarioError([SAMPLINGS.unknown(sampling)])
-    assumption: SamplingAssumption = SAMPLINGS.load(sampling)
+    assumption: SamplingAssumption = SAMPLINGS.make(sampling)
     return {"sampling": sampling, "claim": assumption.claim, "statement": assumption.statement(shape),
             **assumption.parameters(shape)}
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, NamedTuple
 
+from asyncfl.components.contracts import returns
 from asyncfl.privacy.accountants import Releases
 
 
@@ -131,3 +132,7 @@ class ParticipationCap(SamplingAssumption):
 
 POISSON = Poisson()
 PARTICIPATION_CAP = ParticipationCap()
+
+# the sampling components' builders (asyncfl.components.builtin): build(cfg, ctx) -> SamplingAssumption
+build_poisson = returns(POISSON)
+build_participation_cap = returns(PARTICIPATION_CAP)

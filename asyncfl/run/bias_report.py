@@ -229,6 +229,6 @@ def write_bias_json(run_dir: str | Path) -> dict[str, Any]:
 def finish_hook(sim: Any, run_dir: Path) -> None:
     """Runner hook: every run that took a step on a protocol whose uploads can be stale gets a
     ``bias.json`` (a sync run's ``W`` is ``I``)."""
-    if sim.scenario.component("protocol").traits.stale and sim.steps_done > 0:
+    if sim.settings.stale and sim.steps_done > 0:
         write_bias_json(run_dir)
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from asyncfl.compose import build_simulation
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
@@ -90,24 +91,25 @@ async def run_to_dir(
         tensorboard.check_available()  # before anything is written
     rundir.check_out(out, overwrite=overwrite)
     # built first: a scenario refused while building (memory, traces) leaves no directory behind
-    sim = simulation if simulation is not None else Simulation(scenario)
+    sim = simulation if simulation is not None else build_simulation(scenario)
     path, lock = rundir.prepare(out, overwrite=overwrite)
     with lock:
         writer = rundir.RunWriter(path, metric_fields=metric_fields(sim))
         writer.write_scenario(scenario.to_toml())
         provenance.write(path, scenario, sim.task)
-        return await _drive(sim, writer, on_event, should_stop)
+        return await _drive(sim, scenario, writer, on_event, should_stop)
 
 
 async def _drive(
     sim: Simulation,
+    scenario: Scenario,
     writer: rundir.RunWriter,
     on_event: Callable[[StepEvent], None] | None,
     should_stop: Callable[[], bool] | None,
 ) -> dict[str, Any]:
     """Drive ``sim`` into ``writer``'s directory: periodic checkpoints, and a final one when the
-    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which."""
-    scenario = sim.scenario
+    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which
+    (``scenario``: what the checkpoints store)."""
     sim.sink = writer
     sim.should_stop = should_stop
     every = scenario.run.checkpoint_every
@@ -120,20 +122,20 @@ async def _drive(
                 if board is not None:
                     board.on_event(sim, event)
             if every and event.step % every == 0 and event.step < event.total_steps:
-                save_checkpoint(sim, writer)
+                save_checkpoint(sim, scenario, writer)
             if on_event is not None:
                 on_event(event)
     except NumericalFault as exc:
         # marked with the fault: a driver killed before the summary below is resumed by
         # finalizing this state as diverged, never by running on past the fault
-        save_checkpoint(sim, writer, fault=str(exc))
+        save_checkpoint(sim, scenario, writer, fault=str(exc))
         finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
         raise
     except SimulationStalled as exc:
         finalize(sim, writer, "stalled", {"error": str(exc)})
         raise
     except RunInterrupted:
-        save_checkpoint(sim, writer)
+        save_checkpoint(sim, scenario, writer)
         await sim.aclose()
         finalize(sim, writer, "interrupted", {"checkpoint": CHECKPOINT_NAME})
         raise
@@ -153,14 +155,14 @@ async def _drive(
     return finalize(sim, writer, "completed")
 
 
-def save_checkpoint(sim: Simulation, writer: rundir.RunWriter, fault: str | None = None) -> None:
-    """``checkpoint.pt``: the simulation's state and the CSV files' row counts and digests
-    (written after the rows it counts); ``fault``: the message of the numerical fault the run
+def save_checkpoint(sim: Simulation, scenario: Scenario, writer: rundir.RunWriter, fault: str | None = None) -> None:
+    """``checkpoint.pt``: the simulation's state, the scenario it runs, and the CSV files' row
+    counts and digests (written after the rows it counts); ``fault``: the message of the numerical fault the run
     stopped on, when it is the checkpoint taken then."""
     run_dir: dict[str, Any] = {"csv_rows": writer.rows(), "csv_sha256": writer.digests()}
     if fault is not None:
         run_dir["fault"] = fault
-    checkpoint.save(writer.path / CHECKPOINT_NAME, sim.scenario, sim.state(), run_dir)
+    checkpoint.save(writer.path / CHECKPOINT_NAME, scenario, sim.state(), run_dir)
     writer.checkpoint_step = sim.steps_done
 
 
@@ -229,7 +231,7 @@ async def resume_dir(
     *,
     on_event: Callable[[StepEvent], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    simulation_kwargs: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Continue the run in ``path`` from its checkpoint (``asyncfl resume``).
 
@@ -246,21 +248,21 @@ async def resume_dir(
             raise AlreadyCompleted(f"{plan.path}: the run is already completed; nothing to resume")
         if plan.status in ("diverged", "stalled"):
             raise RunDirError(f"{plan.path}: the run {plan.status} (see summary.json); resuming would do so again. Its last checkpoint is kept for inspection")
-        kwargs = simulation_kwargs or {}
+        kwargs = overrides or {}  # built parts replacing the scenario's (asyncfl.compose.compose)
         if plan.scenario.run.tensorboard:
             tensorboard.check_available()
         if plan.checkpoint is None:
-            sim = Simulation(plan.scenario, **kwargs)  # refused (memory, traces) before a file is removed
+            sim = build_simulation(plan.scenario, **kwargs)  # refused (memory, traces) before a file is removed
             _check_provenance(plan, sim)
             _remove_temporaries(plan.path)
             for name in OUTPUTS:
                 (plan.path / name).unlink(missing_ok=True)
             writer = rundir.RunWriter(plan.path, metric_fields=metric_fields(sim))
-            return await _drive(sim, writer, on_event, should_stop)
+            return await _drive(sim, plan.scenario, writer, on_event, should_stop)
         ck = plan.checkpoint
-        sim = Simulation(plan.scenario, **kwargs)
+        sim = build_simulation(plan.scenario, **kwargs)
         _check_provenance(plan, sim)
-        problems = checkpoint.validate(ck, sim.state(), plan.scenario)
+        problems = checkpoint.validate(ck, sim.state(), plan.scenario, sim.protocol)
         prefixes: dict[str, rundir.CsvPrefix] = {}
         if not problems:  # both CSV files checked before either is cut
             fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": metric_fields(sim)}
@@ -285,7 +287,7 @@ async def resume_dir(
             finally:
                 writer.close()
             raise NumericalFault(ck.fault)
-        return await _drive(sim, writer, on_event, should_stop)
+        return await _drive(sim, plan.scenario, writer, on_event, should_stop)
 
 
 def _check_provenance(plan: ResumePlan, sim: Simulation) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import IMAGE_SIDE, MNISTTask
 from asyncfl.datasets.files import refuse
 from asyncfl.datasets.idx import read_idx_images, read_idx_labels
@@ -23,8 +24,9 @@ def _present(root: Path, stem: str) -> Path:
     return root / stem if (root / stem).is_file() else root / f"{stem}.gz"
 
 
-def build_mnist(cfg: MNISTTask, num_clients: int, seed: int) -> Task:
+def build_mnist(cfg: MNISTTask, ctx: BuildContext) -> Task:
     """Build the mnist task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     require_files(cfg)
     rng, torch_seed = task_streams(seed)
     root, files, classes = Path(cfg.path).expanduser(), cfg.file_stems(), cfg.classes()
