@@ -77,8 +77,7 @@ def test_fedbuff_matches_heapq_reference(seed, concurrency, buffer, max_stalenes
     assert got == [(k, v, s, tau, acc, pytest.approx(t, abs=1e-12)) for k, v, s, tau, acc, t in want]
 
 
-def _check_invariants(sim: Simulation) -> None:
-    scenario = sim.scenario
+def _check_invariants(sim: Simulation, scenario) -> None:
     rows = sim.sink.updates
     accepted = [r for r in rows if r.accepted]
     # staleness = step − version ≥ 0
@@ -112,8 +111,9 @@ def _check_invariants(sim: Simulation) -> None:
     {"server.protocol": "sync", "server.concurrency": None, "server.cohort": 5, "server.buffer": None, "server.max_staleness": None},
 ])
 def test_invariants_hold(overrides):
-    sim = run_blocking(make_scenario({"run.steps": 20, **overrides}))
-    _check_invariants(sim)
+    scenario = make_scenario({"run.steps": 20, **overrides})
+    sim = run_blocking(scenario)
+    _check_invariants(sim, scenario)
 
 
 def test_rows_of_w_sum_to_one_without_staleness_weighting():

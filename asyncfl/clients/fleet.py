@@ -18,19 +18,17 @@ goes offline before its upload arrives drops it. The fleet answers the engine's 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from asyncfl.clients.availability import Schedule
 from asyncfl.clients.latency import LatencySampler
 from asyncfl.clients.participation import Participation
-
-if TYPE_CHECKING:
-    from asyncfl.config import scenario as sc
+from asyncfl.config.sections import PopulationConfig
 
 
-def draw_speeds(pop: sc.PopulationConfig, rng: np.random.Generator) -> np.ndarray:
+def draw_speeds(pop: PopulationConfig, rng: np.random.Generator) -> np.ndarray:
     """``speed_k = exp(σ z_k)`` (``σ = speed_sigma``), times ``slow_factor`` for the
     ``round(slow_fraction × N)`` clients of a uniform random permutation's head. Eight bytes a
     client (docs/architecture.md §10): the same float64 operations as ``exp(σ · z)``, done in place."""
@@ -71,7 +69,7 @@ class Fleet:
 
     def __init__(
         self,
-        population: sc.PopulationConfig,
+        population: PopulationConfig,
         streams: dict[str, np.random.Generator],
         *,
         draw: LatencySampler | None = None,

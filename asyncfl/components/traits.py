@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import re
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
-if TYPE_CHECKING:
-    from asyncfl.config.scenario import Scenario
+from asyncfl.config.sections import ScenarioView as Scenario  # the composed scenario is a floor above
 
 
 @dataclass(frozen=True)

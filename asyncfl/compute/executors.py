@@ -45,7 +45,7 @@ from asyncfl.errors import ScenarioError
 from asyncfl.tasks.base import Task
 
 if TYPE_CHECKING:
-    from asyncfl.config.scenario import ClientConfig, RunConfig
+    from asyncfl.config.sections import ClientConfig, RunConfig
 
 
 class Executor(Protocol):

@@ -28,7 +28,7 @@ from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import cross_entropy
 
 if TYPE_CHECKING:
-    from asyncfl.config.scenario import ClientConfig
+    from asyncfl.config.sections import ClientConfig
 
 
 @dataclass(frozen=True, slots=True)
