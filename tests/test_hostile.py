@@ -38,6 +38,7 @@ from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
 from asyncfl.clients import fedscale
 from asyncfl.config import memory, scenario as sc
+from asyncfl.config.files import resolve_path
 from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask
 from asyncfl.errors import RunInterrupted, TraceError
 from asyncfl.run import checkpoint, rundir
@@ -578,7 +579,7 @@ def test_13_the_package_prefix_cannot_leave_its_folder(key, value, tmp_path, cap
     assert code == 2 and f"{key} = '{value}'" in err and "must name a file shipped in asyncfl/data/" in err, err
     assert "root:" not in err and not (tmp_path / "run").exists()
     with pytest.raises(sc.ScenarioError):
-        sc.resolve_path(value)
+        resolve_path(value)
 
 
 def test_13_study_names_cannot_be_dot_dot(tmp_path, capsys):

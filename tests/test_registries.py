@@ -36,6 +36,11 @@ from asyncfl.config.registries import (
 )
 from asyncfl.errors import ScenarioError
 from asyncfl.registry import Registry
+from asyncfl.config.base import Section
+from asyncfl.config.latency import (
+    ConstantLatency, ExponentialLatency, HalfNormalLatency, LogNormalLatency, ParetoLatency, UniformLatency,
+)
+from asyncfl.config.tasks import QuadraticTask
 from asyncfl.server.aggregation import Aggregate
 
 from conftest import make_raw
@@ -76,8 +81,8 @@ def test_a_target_must_be_module_colon_attribute() -> None:
 
 
 def test_a_component_has_a_config_class_when_it_owns_keys() -> None:
-    assert LATENCIES.config("pareto") is sc.ParetoLatency
-    assert TASKS.config("quadratic") is sc.QuadraticTask
+    assert LATENCIES.config("pareto") is ParetoLatency
+    assert TASKS.config("quadratic") is QuadraticTask
     assert set(RULES.config("adam").model_fields) == {"beta", "adam_beta2", "adam_eps"}
     with pytest.raises(LookupError, match="no config class"):
         RULES.config("sgd")
@@ -151,12 +156,12 @@ def test_every_protocol_is_a_class_the_engine_can_drive(name: str) -> None:
 
 
 DRAWN = {  # an independent statement of each drawn model, on a fresh generator of the same seed
-    "constant": (sc.ConstantLatency(value=2.5), lambda c, rng: c.value),
-    "exponential": (sc.ExponentialLatency(mean=3.0), lambda c, rng: rng.exponential(3.0)),
-    "halfnormal": (sc.HalfNormalLatency(scale=2.0), lambda c, rng: abs(rng.normal(0.0, 2.0))),
-    "lognormal": (sc.LogNormalLatency(median=2.0, sigma=0.5), lambda c, rng: 2.0 * np.exp(0.5 * rng.standard_normal())),
-    "uniform": (sc.UniformLatency(low=0.5, high=4.0), lambda c, rng: rng.uniform(0.5, 4.0)),
-    "pareto": (sc.ParetoLatency(scale=1.5, shape=2.5), lambda c, rng: 1.5 * (1.0 + rng.pareto(2.5))),
+    "constant": (ConstantLatency(value=2.5), lambda c, rng: c.value),
+    "exponential": (ExponentialLatency(mean=3.0), lambda c, rng: rng.exponential(3.0)),
+    "halfnormal": (HalfNormalLatency(scale=2.0), lambda c, rng: abs(rng.normal(0.0, 2.0))),
+    "lognormal": (LogNormalLatency(median=2.0, sigma=0.5), lambda c, rng: 2.0 * np.exp(0.5 * rng.standard_normal())),
+    "uniform": (UniformLatency(low=0.5, high=4.0), lambda c, rng: rng.uniform(0.5, 4.0)),
+    "pareto": (ParetoLatency(scale=1.5, shape=2.5), lambda c, rng: 1.5 * (1.0 + rng.pareto(2.5))),
 }
 
 
@@ -167,16 +172,16 @@ def test_the_latency_registry_is_the_drawn_models_and_the_replayed_ones() -> Non
 @pytest.mark.parametrize("name", LATENCIES.names)
 def test_every_latency_model_has_its_config_class_and_a_draw(name: str) -> None:
     config = LATENCIES.config(name)
-    assert issubclass(config, sc.Section) and config.model_fields["dist"].default == name
-    draw = LATENCIES.load(name)
-    assert callable(draw)
+    assert issubclass(config, Section) and config.model_fields["dist"].default == name
+    build = LATENCIES.load(name)
+    assert callable(build)
     if name not in DRAWN:  # replayed / fixed per client: not drawn per job
         assert LATENCIES.get(name).traits.mode == {"trace": "replay", "fedscale": "profiles"}[name]
         return
     assert LATENCIES.get(name).traits.mode == "draw"
     cfg, reference = DRAWN[name]
     rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
-    sample = latency_models.sampler(draw, cfg)
+    sample = LATENCIES.make(name, cfg, None)  # build(cfg, ctx): the draw bound to its config
     got = [sample(rng_a) for _ in range(50)]
     want = [float(reference(cfg, rng_b)) for _ in range(50)]
     assert got == want  # bit for bit, and the generators are left in the same state

@@ -28,20 +28,13 @@ import tomli_w
 import pydantic
 from pydantic import ValidationError
 
-from asyncfl.config.base import MAX_INT, NonNegFloat, NonNegInt, PosFloat, PosInt, Probability, Section
-from asyncfl.config.files import (
-    MAX_SCENARIO_BYTES, PACKAGE_PREFIX, _fmt, absolute_file, package_name_problem, read_text_limited,
-    resolve_path,
-)
-from asyncfl.config.latency import (
-    ConstantLatency, ExponentialLatency, FedScaleLatency, HalfNormalLatency, LatencyConfig,
-    LogNormalLatency, ParetoLatency, TraceLatency, UniformLatency,
-)
+from asyncfl.config.base import Section
+from asyncfl.config.files import MAX_SCENARIO_BYTES, _fmt, absolute_file, read_text_limited
+from asyncfl.config.latency import LatencyConfig
 from asyncfl.components.core import KINDS, Component, Kind
 from asyncfl.components.registry import REGISTRY, UnknownComponent
-from asyncfl.config.registries import LATENCIES, TASKS
 from asyncfl.config.sections import ClientConfig, PopulationConfig, PrivacyConfig, RunConfig, ServerConfig
-from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
+from asyncfl.config.tasks import TaskConfig
 from asyncfl.errors import ScenarioError
 
 __all__ = [
@@ -523,9 +516,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError([f"--set {key}: the value is nested too deeply"]) from None
     except tomllib.TOMLDecodeError:
         value = value_text.strip()
-    if isinstance(value, float) and not math.isfinite(value):
-        pass  # kept: validation reports it with the field name
-    return key, value
+    return key, value  # a NaN or ±inf is kept: validation reports it with the field name
 
 
 def assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
