@@ -3,7 +3,7 @@
 Read from the source, not from what happens to be imported. Edges are every ``import``
 statement (at module level, in functions, and under ``if TYPE_CHECKING:``, which only type
 checkers execute) and every registry target (a ``"asyncfl.module:attribute"`` string, which
-:class:`asyncfl.registry.Registry` imports on first use). The rules:
+:class:`asyncfl.cli.table.CommandTable` and the component registry import on first use). The rules:
 
 * the graph of imports that execute plus registry targets has no cycle: a module a registry
   points to never imports, directly or not, the registry that points to it — registries are

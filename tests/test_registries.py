@@ -35,6 +35,7 @@ from asyncfl.config.registries import (
     ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, REGISTRIES, RULES, SAMPLINGS, TASKS,
 )
 from asyncfl.errors import ScenarioError
+from asyncfl.cli.table import CommandTable
 from asyncfl.registry import Registry
 from asyncfl.config.base import Section
 from asyncfl.config.latency import (
@@ -48,9 +49,9 @@ from conftest import make_raw
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# -- the Registry type ------------------------------------------------------------------------
+# -- the command table type (asyncfl.cli.table) -----------------------------------------------
 def test_a_registry_knows_its_names_without_importing_them() -> None:
-    reg = Registry("widget", "section.widget", {
+    reg = CommandTable("widget", "section.widget", {
         "a": "json:dumps",
         "b": ("json:loads", "reads JSON"),
         "c": ("json.decoder:JSONDecoder.decode", "a method, by dotted attribute"),
@@ -67,7 +68,7 @@ def test_a_registry_knows_its_names_without_importing_them() -> None:
 
 
 def test_an_unknown_name_is_answered_with_the_field_and_every_name() -> None:
-    reg = Registry("widget", "section.widget", {"alpha": "json:dumps", "beta": "json:loads"})
+    reg = CommandTable("widget", "section.widget", {"alpha": "json:dumps", "beta": "json:loads"})
     msg = reg.unknown("alpah")
     assert msg == "section.widget = 'alpah': unknown widget; did you mean 'alpha'? Allowed: alpha, beta"
     assert reg.unknown(3) == "section.widget = 3: unknown widget. Allowed: alpha, beta"
@@ -77,7 +78,7 @@ def test_an_unknown_name_is_answered_with_the_field_and_every_name() -> None:
 
 def test_a_target_must_be_module_colon_attribute() -> None:
     with pytest.raises(ValueError, match="module:attribute"):
-        Registry("widget", "section.widget", {"a": "json.dumps"})
+        CommandTable("widget", "section.widget", {"a": "json.dumps"})
 
 
 def test_a_component_has_a_config_class_when_it_owns_keys() -> None:

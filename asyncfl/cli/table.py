@@ -1,18 +1,11 @@
-"""Registries of plug-ins, keyed by name (docs/architecture.md, "Registries").
+"""The command table of the ``asyncfl`` command line (:data:`asyncfl.cli.commands.COMMANDS`):
+names mapped to ``"package.module:attribute"`` targets imported on first use, so building the
+parser, ``--help`` and argument errors import no command's implementation (docs/architecture.md
+§3, "Package layout").
 
-A :class:`Registry` maps the names a scenario may use (``server.rule = "ma-light"``) to the
-object that implements them, given as ``"package.module:attribute"`` and imported on first use.
-An entry of a tagged section (``[latency] dist``, ``[task] name``) also holds the pydantic class
-that validates that variant's keys (:meth:`Registry.config`); those classes are torch-free.
-The registries themselves are all in :mod:`asyncfl.config.registries`.
-The names are known without importing the implementations, so validating a scenario, printing
-``--help`` or listing what exists never imports torch; and each kind of plug-in is written
-down once: the scenario's allowed values are :attr:`Registry.names`, so an unknown name is
-answered with exactly the names that exist.
-
-Entries point one way (from this table to the implementation); the import-graph test
-(``tests/test_architecture.py``) reads every registry's targets as edges of the graph, so a
-registry cannot hide an import cycle.
+Components (tasks, rules, …) are not here: they are declared and found through
+:mod:`asyncfl.components`, the one path for plug-ins. The import-graph test
+(``tests/test_architecture.py``) reads every target as an edge of the graph.
 """
 
 from __future__ import annotations
@@ -52,8 +45,8 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class Registry(Generic[T]):
-    """Names of one kind of plug-in (``kind``, e.g. ``"server rule"``) and their targets.
+class CommandTable(Generic[T]):
+    """Names of one kind of entry (``kind``: ``"command"``) and their targets.
 
     ``field`` is the scenario key that names one (``"server.rule"``). Each entry is
     ``"module:attribute"``, ``("module:attribute", "summary")`` or, for a variant of a tagged
@@ -103,7 +96,7 @@ class Registry(Generic[T]):
         return config
 
     def __repr__(self) -> str:
-        return f"Registry({self.kind!r}, {self.field!r}, names={self.names!r})"
+        return f"CommandTable({self.kind!r}, {self.field!r}, names={self.names!r})"
 
     def load(self, name: str) -> T:
         """The implementation registered under ``name`` (imported once)."""
