@@ -358,11 +358,12 @@ from asyncfl.compose import solver_of
 from asyncfl.compute.executors import ProcessExecutor, TaskRecipe
 from asyncfl.tasks import build_task
 from asyncfl.config.registries import TASKS
+from asyncfl.components.contracts import BuildContext
 sc = make_scenario({{"run.workers": 1}})
 task = build_task(sc.task, sc.population.clients, sc.seed)
 box = []
 def start():
-    box.append(ProcessExecutor(task, sc.client, solver_of(sc.client), sc.run, TaskRecipe(TASKS.load(sc.task.name), sc.task, sc.population.clients, sc.seed)))
+    box.append(ProcessExecutor(task, sc.client, solver_of(sc.client), sc.run, TaskRecipe(TASKS.load(sc.task.name), sc.task, BuildContext(clients=sc.population.clients, seed=sc.seed))))
 t = threading.Thread(target=start); t.start(); t.join()
 print(*[p.pid for p in box[0]._procs], flush=True)
 time.sleep(600)

@@ -4,6 +4,7 @@ training equals per-client training, and every executor gives the same run."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 
 import numpy as np
@@ -183,7 +184,7 @@ def test_batched_is_refused_with_threads():
     scenario = make_scenario()  # the executor's builder refuses it too, for a run section made by hand
     run = scenario.run.model_copy(update={"executor": "threads", "batched": True})
     with pytest.raises(ScenarioError, match=r"run\.batched = true, run\.executor = 'threads'.*inline, processes, ray"):
-        build_executor(scenario.model_copy(update={"run": run}), None)
+        build_executor(dataclasses.replace(scenario, run=run), None)
 
 
 def test_null_executor_runs_the_engine_without_training():

@@ -15,6 +15,7 @@ declared once, in :mod:`asyncfl.components.builtin`, and seen by kind through th
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import re
@@ -36,6 +37,7 @@ from asyncfl.config.registries import (
 )
 from asyncfl.errors import ScenarioError
 from asyncfl.cli.table import CommandTable
+from asyncfl.components.contracts import BuildContext
 from asyncfl.registry import Registry
 from asyncfl.config.base import Section
 from asyncfl.config.latency import (
@@ -119,7 +121,7 @@ def test_every_rule_builds_from_its_own_config_and_steps(name: str) -> None:
     component = RULES.get(name)
     cfg = None if component.config is None else component.config(
         **({"ma_ridge": 0.0} if "ma_ridge" in component.config.model_fields else {}))
-    rule = component.builder()(cfg)
+    rule = component.make(cfg, None)
     assert callable(rule.init) and callable(rule.direction)
     theta = torch.zeros(4, dtype=torch.float64)
     state = rule.init(theta)
@@ -150,10 +152,14 @@ def test_every_algorithm_builder_takes_its_own_config_and_a_context(name: str) -
 
 @pytest.mark.parametrize("name", PROTOCOLS.names)
 def test_every_protocol_is_a_class_the_engine_can_drive(name: str) -> None:
+    from asyncfl.components.contracts import ServerProtocol
+
     cls = PROTOCOLS.load(name)
     assert inspect.isclass(cls)
-    for method in ("start", "on_arrival", "on_offline"):
+    for method in ("attach", "start", "on_arrival", "on_offline", "ready", "stepped", "state_problems"):
         assert callable(getattr(cls, method, None)), (name, method)
+    protocol = PROTOCOLS.make(name, PROTOCOLS.config(name)(), BuildContext(clients=4, seed=0, buffer=2))
+    assert isinstance(protocol, ServerProtocol)  # the public contract, checked structurally
 
 
 DRAWN = {  # an independent statement of each drawn model, on a fresh generator of the same seed
@@ -232,7 +238,7 @@ def test_every_task_builder_builds_its_config(name: str, dataset_folder: Path) -
     assert callable(builder)
     keys = {k: v.format(data=dataset_folder) if isinstance(v, str) else v for k, v in TINY_TASKS[name].items()}
     cfg = config(**keys)
-    task = builder(cfg, 3, 0)
+    task = builder(cfg, BuildContext(clients=3, seed=0))
     assert isinstance(task, Task) and task.num_clients == 3
     assert torch.equal(build_task(cfg, 3, 0).initial_theta, task.initial_theta)
 
@@ -279,7 +285,7 @@ def test_make_executor_refuses_an_unregistered_name() -> None:
     scenario = sc.validate(make_raw())
     run = scenario.run.model_copy(update={"executor": "mpi"})  # bypasses validation on purpose
     with pytest.raises(ScenarioError, match=r"run.executor = 'mpi': unknown executor \(a registered name.*\). Allowed: inline, threads, processes, ray"):
-        build_executor(scenario.model_copy(update={"run": run}), None)
+        build_executor(dataclasses.replace(scenario, run=run), None)
 
 
 @pytest.mark.parametrize("name", ACCOUNTANTS.names)
@@ -292,7 +298,7 @@ def test_every_accountant_bounds_epsilon_like_dp_accounting(name: str) -> None:
     from asyncfl.privacy.accountants import Releases
     from asyncfl.privacy.accounting import epsilon_of, epsilon_spent
 
-    epsilon = ACCOUNTANTS.load(name)
+    epsilon = ACCOUNTANTS.make(name)
     sigma, delta, q, steps = 1.2, 1e-5, 0.05, 20
     eps = epsilon(Releases(steps, q), sigma, delta)
     assert eps == epsilon_spent(sigma, delta, q, steps, name)
@@ -313,7 +319,7 @@ def test_every_sampling_assumption_names_its_claim_releases_and_cap(name: str) -
     from asyncfl.privacy.accountants import Releases
     from asyncfl.privacy.sampling import RunShape, SamplingAssumption
 
-    assumption = SAMPLINGS.load(name)
+    assumption = SAMPLINGS.make(name)
     assert isinstance(assumption, SamplingAssumption) and assumption.name == name
     assert assumption.claim in ("approximation", "guarantee")
     shape = RunShape("fedbuff", clients=100, buffer=10, noise_cohort=20, steps=50, max_participations=4)
@@ -346,7 +352,7 @@ def _is_simplex_projection(v: np.ndarray, x: np.ndarray, C: float) -> bool:
 def test_every_count_mode_post_processes_one_row(name: str) -> None:
     from asyncfl.privacy.mechanism import postprocess_counts
 
-    mode = COUNT_MODES.load(name)
+    mode = COUNT_MODES.make(name)
     c_hat = C_HAT.copy()
     out = mode(c_hat, 4)
     np.testing.assert_array_equal(c_hat, C_HAT)  # the input is not modified
@@ -371,7 +377,7 @@ def test_every_count_mode_post_processes_one_row(name: str) -> None:
 
 
 def test_project_spreads_an_empty_row_uniformly() -> None:
-    out = COUNT_MODES.load("project")(np.array([-1.0, -0.5, -2.0, -0.1]), 6)
+    out = COUNT_MODES.make("project")(np.array([-1.0, -0.5, -2.0, -0.1]), 6)
     np.testing.assert_array_equal(out, [1.5, 1.5, 1.5, 1.5])
 
 
