@@ -13,7 +13,8 @@ from typing import NamedTuple, Protocol
 UPDATE_FIELDS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason", "dispatch")
 METRIC_FIELDS = ("step", "time", "wall_time", "loss", "accuracy", "train_loss", "staleness_mean", "staleness_max", "gap")
 
-#: Why an upload was not used (``UpdateRow.reason``); ``""`` when it was accepted.
+#: Why an upload was not used (``UpdateRow.reason``); ``""`` when it was accepted. A protocol may
+#: declare more drop reasons (``ProtocolTraits.drops``, docs/protocol.md §8).
 REASONS = ("stale", "late", "non-finite", "norm", "offline")
 
 
@@ -28,7 +29,7 @@ class UpdateRow(NamedTuple):
     arrival_time: float  # for "late" and "offline": when the cancellation / the drop happened
     staleness: int  # τ = t − s
     accepted: bool
-    reason: str  # "" when accepted, else one of REASONS
+    reason: str  # "" when accepted, else one of REASONS or a reason the protocol declares
     dispatch: int  # the dispatch's sequence number (1, 2, …): trace replay restores this order
 
 

@@ -59,6 +59,10 @@ def test_the_example_protocol_runs_and_counts_its_own_drop_reason(deadline, tmp_
     assert summary["updates_dropped_deadline"] == disk["updates_dropped_deadline"] == len(dropped)
     assert summary["updates_dropped_stale"] == 0 and summary["status"] == "completed"
     assert disk["updates_accepted"] == 12 * 3
+    import asyncfl  # the results reader keeps a protocol's own reason as a category
+
+    updates = asyncfl.load_run(tmp_path / "run").updates
+    assert int((updates["reason"] == "deadline").sum()) == len(dropped)
 
 
 def test_the_example_protocol_checkpoints_and_resumes_exactly(deadline, tmp_path) -> None:
