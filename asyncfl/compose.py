@@ -57,11 +57,14 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
     if unknown:
         raise TypeError(f"compose(): unknown overrides {unknown}; allowed: {', '.join(OVERRIDES)}")
     ctx = context(scenario)
+    # a task is a function of its config, clients and seed alone: its builder sees no run stream
+    # (ctx.stream derives one from the seed and a name), the same context a worker rebuilds it with
+    task_ctx = ctx.with_(streams={})
     task = overrides.get("task")
     task_built = task is None
     if task is None:
         check_memory(scenario)
-        task = scenario.component("task").make(scenario.task, ctx)
+        task = scenario.component("task").make(scenario.task, task_ctx)
     ctx = ctx.with_(task=task)
     streams = dict(ctx.streams)
     private_setup, aggregator = private_aggregator(scenario, task.dim) if scenario.privacy.enabled else (None, None)
@@ -73,7 +76,7 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
         fleet = build_fleet(scenario, ctx, **({"availability": overrides["availability"]} if "availability" in overrides else {}))
     protocol = scenario.component("protocol").make(scenario.config_of("protocol"), ctx)
     hook = scenario.component("hook").make(scenario.config_of("hook"), ctx)
-    recipe = task_recipe(scenario, ctx) if task_built else None
+    recipe = TaskRecipe(scenario.component("task").builder(), scenario.task, task_ctx) if task_built else None
     participation = (ParticipationRule(private_setup.cap, private_setup.shape.min_separation) if private_setup is not None
                      else ParticipationRule() if one_upload_per_client(scenario) else None)
     return Parts(
@@ -207,13 +210,6 @@ def availability_seconds_per_unit(scenario: Scenario) -> float:
 
 
 # -- local training ------------------------------------------------------------------------------
-def task_recipe(scenario: Scenario, ctx: BuildContext) -> TaskRecipe:
-    """How a worker rebuilds ``scenario``'s task: its registered builder, ``[task]`` section and
-    context (clients and seed only: a worker draws from no run stream)."""
-    return TaskRecipe(scenario.component("task").builder(), scenario.task,
-                      BuildContext(clients=ctx.clients, seed=ctx.seed))
-
-
 def build_solver(scenario: Scenario) -> LocalSolver:
     """The local solver ``client.solver`` names."""
     return solver_of(scenario.client)

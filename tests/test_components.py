@@ -327,3 +327,36 @@ def test_provenance_names_a_missing_component_and_what_changed(scaled) -> None:
     assert provenance.missing(record) == [
         f"server.rule = 'scaled' came from module {__name__}, which is not installed or registered now"]
     register(SCALED)
+
+
+# -- the build context and the composition root ------------------------------------------------------
+def test_a_plug_in_gets_its_own_stream_from_the_seed_and_its_name() -> None:
+    """``ctx.stream(name)``: one of the run's streams by its name, else a generator derived from
+    ``(seed, name)`` alone — the same draws for the same seed and name, others for another name
+    or seed, and no run stream is touched."""
+    from asyncfl import rng as rngmod
+    from asyncfl.components.contracts import BuildContext
+
+    streams = rngmod.make_streams(3)
+    before = streams["latency"].bit_generator.state
+    ctx = BuildContext(clients=4, seed=3, streams=streams)
+    assert ctx.stream("latency") is streams["latency"]
+    mine = ctx.stream("mylab.dropout").random(5)
+    again = BuildContext(clients=4, seed=3).stream("mylab.dropout").random(5)
+    np.testing.assert_array_equal(mine, again)
+    assert not np.array_equal(mine, BuildContext(clients=4, seed=4).stream("mylab.dropout").random(5))
+    assert not np.array_equal(mine, ctx.stream("mylab.other").random(5))
+    assert streams["latency"].bit_generator.state == before
+
+
+def test_the_engine_takes_parts_not_a_scenario() -> None:
+    from asyncfl.compose import compose
+    from asyncfl.sim.engine import Simulation
+
+    scenario = make_scenario()
+    with pytest.raises(TypeError, match=r"Simulation takes the parts of a run \(asyncfl.compose.compose\(scenario\)\)"):
+        Simulation(scenario)  # type: ignore[arg-type]
+    sim = Simulation(compose(scenario))
+    assert not hasattr(sim, "scenario") and sim.settings.steps == scenario.run.steps
+    with pytest.raises(TypeError, match="unknown overrides"):
+        compose(scenario, fleet_factory=None)
