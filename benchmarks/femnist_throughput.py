@@ -38,6 +38,7 @@ from collections import Counter
 
 import torch
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import FEMNISTTwinTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.femnist_twin import build_femnist_twin
@@ -48,7 +49,7 @@ LR, BATCH, EPOCHS, SEED = 0.05, 20, 1, 0
 
 def cohort_task(cohort: int) -> Task:
     """The twin with exactly ``cohort`` writers, all of them clients (LEAF's CNN)."""
-    return build_femnist_twin(FEMNISTTwinTask(users=cohort), cohort, SEED)
+    return build_femnist_twin(FEMNISTTwinTask(users=cohort), BuildContext(clients=cohort, seed=SEED))
 
 
 def client_config():
