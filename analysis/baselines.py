@@ -40,6 +40,7 @@ import scipy.linalg
 import scipy.optimize
 
 from asyncfl.config import scenario as sc
+from asyncfl.compose import build_simulation
 from asyncfl.sim.engine import Simulation
 
 SYNC = ("fedavg", "fedprox", "fedsplit", "feddr", "feddr-linear", "fedpd", "fedpd-skip")
@@ -149,7 +150,7 @@ def logreg_objective(sim: Simulation, l2: float) -> tuple[Objective, float]:
 def trace(raw: dict[str, Any], F: Objective, F_star: float, until_time: float = np.inf) -> list[tuple[int, float, float]]:
     """``(step, virtual time, F(θ_t) − F*)`` after every server step (step 0 = the start), up to
     the first step at or past ``until_time``."""
-    sim = Simulation(sc.validate(raw))
+    sim = build_simulation(sc.validate(raw))
     rows = [(0, 0.0, F(sim.theta.double().numpy()) - F_star)]
 
     async def go() -> None:
@@ -164,7 +165,7 @@ def trace(raw: dict[str, Any], F: Objective, F_star: float, until_time: float = 
 
 def run_problem(name: str, clients: int, rounds: int, seed: int, log: Callable[[str], None]) -> dict[str, Any]:
     raws = problem_scenarios(name, clients, rounds, seed)
-    probe = Simulation(sc.validate(raws["fedavg"]))
+    probe = build_simulation(sc.validate(raws["fedavg"]))
     if name == "least-squares":
         F, F_star = least_squares_objective(probe)
     else:

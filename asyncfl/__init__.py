@@ -7,7 +7,8 @@ pandas): each name is imported on first use from the module :data:`PUBLIC` gives
 * registering your own parts: :class:`Component`, :func:`register`, :func:`component`,
   :func:`allow_modules` (which modules a ``"module:attribute"`` name may import), the
   kinds (:data:`KINDS`) and their traits, the config bases :class:`Section` and
-  :class:`TaskSection`;
+  :class:`TaskSection`; the one builder shape ``build(cfg, ctx)``'s :class:`BuildContext`,
+  :func:`returns` (the builder of a ready-made product) and :class:`ServerProtocol`;
 * what a component's builder works with: :class:`Task`, :class:`ClientData`, :class:`LocalJob`,
   :class:`LocalSolver`, :func:`batch_schedule`, :class:`ServerRule`, :class:`RuleOutput`,
   :class:`Aggregate`;
@@ -27,6 +28,9 @@ PUBLIC: dict[str, str] = {
     "Component": "asyncfl.components.core",
     "Origin": "asyncfl.components.core",
     "KINDS": "asyncfl.components.core",
+    "BuildContext": "asyncfl.components.contracts",
+    "ServerProtocol": "asyncfl.components.contracts",
+    "returns": "asyncfl.components.contracts",
     "register": "asyncfl.components.registry",
     "unregister": "asyncfl.components.registry",
     "allow_modules": "asyncfl.components.allow",
@@ -68,6 +72,9 @@ __all__ = [
     "Component",
     "Origin",
     "KINDS",
+    "BuildContext",
+    "ServerProtocol",
+    "returns",
     "register",
     "unregister",
     "allow_modules",
@@ -110,6 +117,9 @@ if TYPE_CHECKING:  # the names as type checkers see them (at run time: __getattr
     from asyncfl.api import scenario_from_dict as scenario_from_dict
     from asyncfl.api import simulate as simulate
     from asyncfl.components.allow import allow_modules as allow_modules
+    from asyncfl.components.contracts import BuildContext as BuildContext
+    from asyncfl.components.contracts import ServerProtocol as ServerProtocol
+    from asyncfl.components.contracts import returns as returns
     from asyncfl.components.core import KINDS as KINDS
     from asyncfl.components.core import Component as Component
     from asyncfl.components.core import Origin as Origin

@@ -19,7 +19,8 @@ def task_metrics(columns: "Iterable[str]") -> list[str]:
     ``final``): every column that is not one of :data:`METRIC_FIELDS`, in order."""
     return [c for c in columns if c not in METRIC_FIELDS]
 
-#: Why an upload was not used (``UpdateRow.reason``); ``""`` when it was accepted.
+#: Why an upload was not used (``UpdateRow.reason``); ``""`` when it was accepted. A protocol may
+#: declare more drop reasons (``ProtocolTraits.drops``, docs/protocol.md §8).
 REASONS = ("stale", "late", "non-finite", "norm", "offline")
 
 
@@ -34,7 +35,7 @@ class UpdateRow(NamedTuple):
     arrival_time: float  # for "late" and "offline": when the cancellation / the drop happened
     staleness: int  # τ = t − s
     accepted: bool
-    reason: str  # "" when accepted, else one of REASONS
+    reason: str  # "" when accepted, else one of REASONS or a reason the protocol declares
     dispatch: int  # the dispatch's sequence number (1, 2, …): trace replay restores this order
 
 

@@ -1,118 +1,19 @@
-"""Registries of plug-ins, keyed by name (docs/architecture.md, "Registries").
+"""``Registry``: the base class of the kind tables of :mod:`asyncfl.config.registries` (each a
+:class:`~asyncfl.components.registry.KindTable`, a live view of the component registry).
 
-A :class:`Registry` maps the names a scenario may use (``server.rule = "ma-light"``) to the
-object that implements them, given as ``"package.module:attribute"`` and imported on first use.
-An entry of a tagged section (``[latency] dist``, ``[task] name``) also holds the pydantic class
-that validates that variant's keys (:meth:`Registry.config`); those classes are torch-free.
-The registries themselves are all in :mod:`asyncfl.config.registries`.
-The names are known without importing the implementations, so validating a scenario, printing
-``--help`` or listing what exists never imports torch; and each kind of plug-in is written
-down once: the scenario's allowed values are :attr:`Registry.names`, so an unknown name is
-answered with exactly the names that exist.
-
-Entries point one way (from this table to the implementation); the import-graph test
-(``tests/test_architecture.py``) reads every registry's targets as edges of the graph, so a
-registry cannot hide an import cycle.
+It holds no names and loads nothing: plug-ins are declared and found through
+:mod:`asyncfl.components` alone (docs/extending.md). The name is kept for tools that ask
+``isinstance(table, Registry)`` to find the kind tables.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
-from dataclasses import dataclass
-from typing import Any, Generic, Iterator, Mapping, TypeVar, Union
 
-T = TypeVar("T")
+class Registry:
+    """A table of names (:attr:`names`) of one kind, answered by a subclass."""
 
-
-@dataclass(frozen=True)
-class Entry:
-    """One registered plug-in: its name, where it lives, a one-line summary and (tagged
-    sections only) the config class of its scenario section."""
-
-    name: str
-    target: str  # "package.module:attribute"
-    summary: str = ""
-    config: type | None = None
-
-    @property
-    def module(self) -> str:
-        return self.target.partition(":")[0]
-
-    @property
-    def attribute(self) -> str:
-        return self.target.partition(":")[2]
-
-
-Spec = Union[str, tuple[str, str], tuple[str, str, type]]
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-class Registry(Generic[T]):
-    """Names of one kind of plug-in (``kind``, e.g. ``"server rule"``) and their targets.
-
-    ``field`` is the scenario key that names one (``"server.rule"``). Each entry is
-    ``"module:attribute"``, ``("module:attribute", "summary")`` or, for a variant of a tagged
-    section, ``("module:attribute", "summary", ConfigClass)``."""
-
-    def __init__(self, kind: str, field: str, entries: Mapping[str, Spec]) -> None:
-        self.kind, self.field = kind, field
-        self._entries: dict[str, Entry] = {}
-        for name, spec in entries.items():
-            if isinstance(spec, str):
-                spec = (spec,)
-            if not 1 <= len(spec) <= 3:
-                raise ValueError(f"{kind} {name!r}: expected 'module:attribute', optionally with a summary and a config class")
-            target = spec[0]
-            summary = spec[1] if len(spec) > 1 else ""
-            config = spec[2] if len(spec) > 2 else None
-            if not isinstance(target, str) or ":" not in target:
-                raise ValueError(f"{kind} {name!r}: target {target!r} must be 'module:attribute'")
-            self._entries[name] = Entry(name, target, summary, config)
-        self._loaded: dict[str, T] = {}
+    kind: str
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Every registered name, in registration order."""
-        return tuple(self._entries)
-
-    def entries(self) -> Iterator[Entry]:
-        return iter(self._entries.values())
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self._entries
-
-    def unknown(self, name: object) -> str:
-        """The message for a name that is not registered: the field, the value, a close match
-        and every allowed name."""
-        close = difflib.get_close_matches(str(name), self.names, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else "."
-        return f"{self.field} = {_short(name)}: unknown {self.kind}{hint} Allowed: {', '.join(self.names)}"
-
-    def config(self, name: str) -> type:
-        """The config class of the section variant ``name`` (tagged sections only)."""
-        if name not in self:
-            raise KeyError(self.unknown(name))
-        config = self._entries[name].config
-        if config is None:
-            raise LookupError(f"{self.kind} {name!r} has no config class (only variants of a tagged section have one)")
-        return config
-
-    def __repr__(self) -> str:
-        return f"Registry({self.kind!r}, {self.field!r}, names={self.names!r})"
-
-    def load(self, name: str) -> T:
-        """The implementation registered under ``name`` (imported once)."""
-        if name not in self:
-            raise KeyError(self.unknown(name))
-        if name not in self._loaded:
-            entry = self._entries[name]
-            obj: Any = importlib.import_module(entry.module)
-            for part in entry.attribute.split("."):
-                obj = getattr(obj, part)
-            self._loaded[name] = obj
-        return self._loaded[name]
+        raise NotImplementedError

@@ -51,7 +51,8 @@ METRIC_DTYPES: dict[str, str] = {
     "step": "int64", "time": "float64", "wall_time": "float64", "loss": "float64", "accuracy": "float64",
     "train_loss": "float64", "staleness_mean": "float64", "staleness_max": "float64", "gap": "float64",
 }
-#: dtypes of the ``updates.csv`` columns; ``reason`` is a category of ``""`` and :data:`REASONS`
+#: dtypes of the ``updates.csv`` columns; ``reason`` is a category of ``""``, :data:`REASONS` and the
+#: drop reasons a protocol declares (``ProtocolTraits.drops``)
 UPDATE_DTYPES: dict[str, str] = {
     "client": "int64", "version": "int64", "step": "int64", "dispatch_time": "float64", "arrival_time": "float64",
     "staleness": "int64", "accepted": "bool", "reason": "category", "dispatch": "int64",
@@ -96,7 +97,9 @@ def _typed(frame: "pd.DataFrame", dtypes: dict[str, str], path: Path) -> "pd.Dat
                     raise ValueError("expected true/false")
                 out[col] = text.eq("true")
             elif kind == "category":
-                out[col] = pd.Categorical(values.fillna("").astype(str), categories=["", *REASONS])
+                text = values.fillna("").astype(str)  # a protocol's own drop reasons come after the engine's
+                own = sorted(set(text) - {"", *REASONS})
+                out[col] = pd.Categorical(text, categories=["", *REASONS, *own])
             elif kind == "int64":
                 out[col] = pd.to_numeric(values, errors="raise").astype("int64")
             elif kind == "float64":

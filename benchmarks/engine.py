@@ -30,12 +30,13 @@ from asyncfl.compute.executors import NullExecutor
 from asyncfl.compute.training import LocalJob
 from asyncfl.records import UpdateRow
 from asyncfl.sim.clock import Arrival
-from asyncfl.sim.engine import InFlight, Simulation
+from asyncfl.sim.engine import InFlight
+from asyncfl.compose import build_simulation
 from benchmarks.common import engine_scenario, heapq_fedbuff, null_task, timed
 
 
 def run_engine(scenario) -> tuple[int, float]:
-    sim = Simulation(scenario, task=null_task(), executor=NullExecutor())
+    sim = build_simulation(scenario, task=null_task(), executor=NullExecutor())
     _, seconds = timed(asyncio.run, sim.run())
     return len(sim.sink.updates), seconds
 

@@ -38,6 +38,7 @@ from collections import Counter
 
 import torch
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import FEMNISTTwinTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.femnist_twin import build_femnist_twin
@@ -48,7 +49,7 @@ LR, BATCH, EPOCHS, SEED = 0.05, 20, 1, 0
 
 def cohort_task(cohort: int) -> Task:
     """The twin with exactly ``cohort`` writers, all of them clients (LEAF's CNN)."""
-    return build_femnist_twin(FEMNISTTwinTask(users=cohort), cohort, SEED)
+    return build_femnist_twin(FEMNISTTwinTask(users=cohort), BuildContext(clients=cohort, seed=SEED))
 
 
 def client_config():
@@ -67,7 +68,7 @@ def _jobs(task: Task):
 def time_batched(task: Task, vmap: bool | None = None) -> tuple[float, float]:
     """``(wall, cpu)`` seconds of one ``train_batched`` call on the cohort: as the task declares
     (``Task.batched_training``: one by one for LEAF's CNN), or forced through ``vmap``."""
-    from asyncfl.compute.compose import train_batched
+    from asyncfl.compose import train_batched
 
     declared = task.batched_training
     task.batched_training = declared if vmap is None else vmap
@@ -89,7 +90,7 @@ def groups(task: Task) -> Counter:
 
 def profile_batched(task: Task, top: int = 6) -> list[tuple[str, float]]:
     """``(operator, share of CPU time)`` of the batched call's most expensive operators."""
-    from asyncfl.compute.compose import train_batched
+    from asyncfl.compose import train_batched
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         train_batched(task, client_config(), _jobs(task))  # as the task declares

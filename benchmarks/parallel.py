@@ -60,11 +60,12 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local Ray i
 
 import torch  # noqa: E402
 
-from asyncfl.compute.compose import train_batched  # noqa: E402
+from asyncfl.compose import train_batched  # noqa: E402
 from asyncfl.compute.solvers import SGDSolver  # noqa: E402
 from asyncfl.compute.training import LocalJob  # noqa: E402
 from asyncfl.config import scenario as sc  # noqa: E402
 from asyncfl.run.parallel import InProcess, ProcessPool, RayPool, RunJob, run_jobs  # noqa: E402
+from asyncfl.compose import build_simulation  # noqa: E402
 from asyncfl.sim.engine import Simulation  # noqa: E402
 from asyncfl.tasks import build_task  # noqa: E402
 from benchmarks.common import heapq_fedbuff  # noqa: E402
@@ -205,7 +206,7 @@ async def _steady(sim: Simulation, clock: _TrainClock) -> RunProfile:
 
 def run_profile(executor: str, steps: int, overrides: dict | None = None) -> RunProfile:
     with _TrainClock() as clock:
-        return asyncio.run(_steady(Simulation(fedbuff(executor, steps, overrides)), clock))
+        return asyncio.run(_steady(build_simulation(fedbuff(executor, steps, overrides)), clock))
 
 
 def run_rate(executor: str, steps: int) -> float:

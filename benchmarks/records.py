@@ -55,11 +55,11 @@ def worker_run(out: Path, steps: int, eval_every: int, bounded: bool) -> dict[st
     """Run the scenario into ``out``; the records it held and its peak RSS."""
     from asyncfl.config import scenario as sc
     from asyncfl.run.runner import run_to_dir_blocking
-    from asyncfl.sim.engine import Simulation
+    from asyncfl.compose import build_simulation
 
     scenario = sc.validate(scenario_raw(steps, eval_every, bounded))
     baseline = peak_rss()
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     start = time.perf_counter()
     run_to_dir_blocking(scenario, out, simulation=sim)
     wall = time.perf_counter() - start

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from asyncfl.compute.executors import NullExecutor
+from asyncfl.compose import build_simulation
 from asyncfl.sim.engine import Simulation
 from benchmarks.common import engine_scenario, null_task
 
@@ -63,7 +64,7 @@ def measure(clients: int, concurrency: int, buffer: int, arrivals: int, availabi
     baseline = peak_rss_bytes()
     scenario = engine_scenario(clients, concurrency, buffer, arrivals // buffer, availability=availability)
     start = time.perf_counter()
-    sim = Simulation(scenario, task=null_task(), executor=NullExecutor())
+    sim = build_simulation(scenario, task=null_task(), executor=NullExecutor())
     built = time.perf_counter() - start
     start, cpu = time.perf_counter(), time.process_time()
     asyncio.run(sim.run())

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from asyncfl.config import scenario as sc
+from asyncfl.compose import build_simulation
 from asyncfl.sim.engine import Simulation
 from benchmarks.pfl_fedavg import run_fedavg
 
@@ -94,7 +95,7 @@ def run_asyncfl(protocol: str, executor: str, workers: int, min_seconds: float =
     least one run): a measurement as long as pfl's averages the machine's noise alike."""
     runs: list[Timing] = []
     while not runs or sum(r.seconds for r in runs) < min_seconds:
-        runs.append(asyncio.run(_timed_run(Simulation(scenario(protocol, executor, workers)))))
+        runs.append(asyncio.run(_timed_run(build_simulation(scenario(protocol, executor, workers)))))
     return (sum(r.updates for r in runs) / sum(r.seconds for r in runs),
             sum(r.steady_updates for r in runs) / sum(r.steady_seconds for r in runs))
 
@@ -182,7 +183,7 @@ def cpu_split(protocol: str) -> tuple[float, float]:
     own work: simulation, aggregation, evaluation, records)."""
     from benchmarks.parallel import _TrainClock
 
-    sim = Simulation(scenario(protocol, "batched", 1))
+    sim = build_simulation(scenario(protocol, "batched", 1))
     with _TrainClock() as clock:
         start = time.thread_time()
         asyncio.run(sim.run())

@@ -3,12 +3,11 @@
 Read from the source, not from what happens to be imported. Edges are every ``import``
 statement (at module level, in functions, and under ``if TYPE_CHECKING:``, which only type
 checkers execute) and every registry target (a ``"asyncfl.module:attribute"`` string, which
-:class:`asyncfl.registry.Registry` imports on first use). The rules:
+:class:`asyncfl.cli.table.CommandTable` and the component registry import on first use). The rules:
 
 * the graph of imports that execute plus registry targets has no cycle: a module a registry
   points to never imports, directly or not, the registry that points to it — registries are
-  resolved by the modules that compose a run (``*/compose.py``, ``clients/build.py``, the engine),
-  never by the implementations;
+  resolved by the composition root (``asyncfl/compose.py``), never by the implementations;
 * the library never imports ``analysis``, and ``analysis`` imports only the library and itself;
 * the library imports its own modules at module level only (lazy loading goes through a
   registry);
@@ -29,14 +28,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = re.compile(r"^(asyncfl(?:\.\w+)+):[\w.]+$")
 
-#: Packages of asyncfl from the bottom up; a package may import from its own layer or below.
+#: Packages of asyncfl from the bottom up; a package may import from its own layer or below. An
+#: entry may name a module of a package (``config.scenario``): it then sits on its own floor, and
+#: the rest of the package on the package's (the longest name that matches decides).
 LAYERS: list[set[str]] = [
     {"errors", "registry", "rng", "records", "staleness_counts", "tensor_checks", "__init__"},
-    {"config", "components"},
+    {"config"},  # the sections and their values, the components' own keys and checks (below the components)
+    {"components"},  # Kind, Component, the registry, traits, contracts, the built-ins
+    {"config.scenario", "config.registries", "config.memory"},  # the composed scenario (above the components)
     {"datasets"},
     {"tasks", "compute"},
     {"server", "clients", "privacy"},
     {"sim"},
+    {"compose"},  # the composition root: builds every part, hands the engine finished objects
     {"run"},
     {"figures", "studies", "results"},
     {"cli", "api", "__main__"},  # python -m asyncfl is the command line
@@ -127,7 +131,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_import_graph_has_no_cycle():
-    graph = {mod: {t for t, _, _, kind in es if kind != "typing"} for mod, es in GRAPH.items()}
+    """Every edge counts, imports under ``if TYPE_CHECKING:`` included: a circle a type checker
+    walks is a circle a reader walks."""
+    graph = {mod: {t for t, _, _, _ in es} for mod, es in GRAPH.items()}
     assert find_cycle(graph) is None, " → ".join(find_cycle(graph) or [])
 
 
@@ -149,12 +155,21 @@ def test_the_library_imports_its_own_modules_at_module_level_only():
 
 
 def _layer(mod: str) -> int:
-    parts = mod.split(".")
-    head = parts[1] if len(parts) > 1 else "__init__"
-    for i, layer in enumerate(LAYERS):
-        if head in layer:
-            return i
-    raise AssertionError(f"{mod}: package {head!r} is in no layer of tests/test_architecture.py")
+    parts = mod.split(".")[1:] or ["__init__"]
+    for n in range(len(parts), 0, -1):  # the longest declared name first (config.scenario before config)
+        name = ".".join(parts[:n])
+        for i, layer in enumerate(LAYERS):
+            if name in layer:
+                return i
+    raise AssertionError(f"{mod}: package {parts[0]!r} is in no layer of tests/test_architecture.py")
+
+
+def test_the_split_floors_are_declared_apart():
+    """``config/`` holds two floors: the sections below the components, the composed scenario
+    above them; each is its own layer (not one layer with the components)."""
+    assert _layer("asyncfl.config.sections") < _layer("asyncfl.components.core") < _layer("asyncfl.config.scenario")
+    assert _layer("asyncfl.config.checks") == _layer("asyncfl.config.base") < _layer("asyncfl.config.registries")
+    assert _layer("asyncfl.compose") > _layer("asyncfl.sim.engine")
 
 
 @pytest.mark.parametrize("mod", sorted(m for m in GRAPH if m.startswith("asyncfl")))

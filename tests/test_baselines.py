@@ -18,7 +18,8 @@ from asyncfl.config import scenario as sc
 from asyncfl.server.aggregation import ClientUpdate
 from asyncfl.server.splitting import BaselineState, FedDR, FedPD, FedSplit, prox_regularizer
 from asyncfl.server.algorithms import ServerStreams
-from asyncfl.sim.engine import Simulation, run_blocking
+from asyncfl.compose import build_simulation, run_blocking
+from asyncfl.sim.engine import Simulation
 from asyncfl.errors import ScenarioError
 
 # The seed's 1-D example: fit y = m·x; client 1 holds {(0, 2), (1, 2)}, client 2 {(2, 0), (2, 1)}.
@@ -64,7 +65,7 @@ def final_theta(s: sc.Scenario) -> np.ndarray:
 
 def client_data(sim_or_scenario) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The clients' (A_k, b_k) as numpy arrays (the data is input, not the algorithm)."""
-    sim = sim_or_scenario if isinstance(sim_or_scenario, Simulation) else Simulation(sim_or_scenario)
+    sim = sim_or_scenario if isinstance(sim_or_scenario, Simulation) else build_simulation(sim_or_scenario)
     return [c.x.numpy().copy() for c in sim.task.clients], [c.y.numpy().copy() for c in sim.task.clients]
 
 
@@ -74,7 +75,7 @@ def pooled_least_squares(A: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray
 
 def step_through(s: sc.Scenario) -> tuple[Simulation, list[dict[str, Any]]]:
     """Run ``s`` and snapshot the model, the algorithm state and the step's senders per step."""
-    sim = Simulation(s)
+    sim = build_simulation(s)
     snaps: list[dict[str, Any]] = []
 
     async def go() -> None:
@@ -404,7 +405,7 @@ def logreg_objective(X: list[np.ndarray], Y: list[np.ndarray], l2: float, d: int
 
 @pytest.fixture(scope="module")
 def synthetic_optimum():
-    sim = Simulation(synthetic("fedavg", mu=0.0, local_steps=1, steps=1))
+    sim = build_simulation(synthetic("fedavg", mu=0.0, local_steps=1, steps=1))
     X = [c.x.double().numpy() for c in sim.task.clients]
     Y = [c.y.numpy() for c in sim.task.clients]
     F = logreg_objective(X, Y, SYN["l2"], SYN["dim"], SYN["classes"])

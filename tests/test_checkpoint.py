@@ -22,6 +22,7 @@ import torch
 from asyncfl.errors import CheckpointError, RunInterrupted
 from asyncfl.run import checkpoint
 from asyncfl.run.runner import run_to_dir_blocking
+from asyncfl.compose import build_simulation
 from asyncfl.sim.engine import Simulation
 
 from conftest import make_scenario, through_file
@@ -49,9 +50,16 @@ COMBINATIONS = {
 }
 
 
+def fresh_of(scenario):
+    """What validating a checkpoint against ``scenario`` needs: a fresh simulation's state, the
+    scenario, and the simulation's built protocol."""
+    sim = build_simulation(scenario)
+    return sim.state(), scenario, sim.protocol
+
+
 def stopped(scenario: Any, after_events: int) -> Simulation:
     """A simulation stopped (as SIGINT stops it) before its ``after_events``-th event."""
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     calls = [0]
 
     def should_stop() -> bool:
@@ -105,26 +113,26 @@ def test_state_round_trip_is_exact_and_validates(name):
     assert_same_tree(state, back)
     ck = checkpoint.Checkpoint(None, scenario.to_toml(), back,  # type: ignore[arg-type]
                                {"updates.csv": state.counters.rows, "metrics.csv": 1 + (state.version - 1) // scenario.run.eval_every}, {})
-    assert checkpoint.validate(ck, Simulation(scenario).state(), scenario) == []
+    assert checkpoint.validate(ck, *fresh_of(scenario)) == []
 
 
 def test_a_restored_simulation_reports_the_state_it_was_given():
     scenario = make_scenario({"server.rule": "ma-full", "run.steps": 30})
     state = stopped(scenario, after_events=60).state()
-    fresh = Simulation(scenario)
+    fresh = build_simulation(scenario)
     fresh.restore(through_file(state))
     assert_same_tree(state, fresh.state())
 
 
 def test_the_initial_state_is_the_state_before_any_event():
-    sim = Simulation(make_scenario())
+    sim = build_simulation(make_scenario())
     state = sim.state()
     assert (state.version, state.clients, state.in_flight, state.protocol.buffer, state.next_seq) == (1, (), (), (), 0)
     assert state.counters.rows == 0 and not state.fleet.busy.any()
 
 
 def test_only_declared_state_types_are_written():
-    state = Simulation(make_scenario()).state()
+    state = build_simulation(make_scenario()).state()
     with pytest.raises(CheckpointError, match=r"state\.last_metrics\.oops: .*object is not a declared state type"):
         checkpoint.encode(state._replace(last_metrics={"oops": object()}))
     with pytest.raises(CheckpointError, match="keys that are not strings"):
@@ -132,7 +140,7 @@ def test_only_declared_state_types_are_written():
 
 
 def test_a_type_whose_fields_changed_is_refused_by_name():
-    encoded = checkpoint.encode(Simulation(make_scenario()).state())
+    encoded = checkpoint.encode(build_simulation(make_scenario()).state())
     encoded["fields"]["counters"]["fields"]["accepted_total"] = encoded["fields"]["counters"]["fields"].pop("accepted")
     with pytest.raises(CheckpointError, match="state.counters: Counters has fields .*accepted_total.*this asyncfl's Counters has accepted"):
         checkpoint.decode(encoded)
@@ -155,7 +163,7 @@ def test_validation_names_what_does_not_fit(edit, message):
     state = stopped(scenario, after_events=60).state()
     rows = {"updates.csv": state.counters.rows, "metrics.csv": 1 + (state.version - 1) // scenario.run.eval_every}
     ck = checkpoint.Checkpoint(None, scenario.to_toml(), edit(state), rows, {})  # type: ignore[arg-type]
-    problems = checkpoint.validate(ck, Simulation(scenario).state(), scenario)
+    problems = checkpoint.validate(ck, *fresh_of(scenario))
     assert any(message in p for p in problems), problems
 
 
@@ -164,7 +172,7 @@ def test_checkpoint_of_another_scenario_with_another_model_size_is_refused(tmp_p
     small, large = make_scenario({"run.checkpoint_every": 2}), make_scenario({"run.checkpoint_every": 2, "task.dim": 9})
     run_to_dir_blocking(small, tmp_path / "a")
     ck = checkpoint.read(tmp_path / "a" / "checkpoint.pt")
-    problems = checkpoint.validate(ck, Simulation(large).state(), large)
+    problems = checkpoint.validate(ck, *fresh_of(large))
     assert problems and "state.theta: torch.float64 of shape (5,), but this scenario's is torch.float64 of shape (9,)" in problems[0]
 
 
@@ -182,23 +190,31 @@ def test_validation_checks_the_participation_ledger(edit, message):
     state = stopped(scenario, after_events=60).state()
     assert state.participation is not None and state.participation.spent.max() >= 1 and state.participation.pending.any()
     rows = {"updates.csv": state.counters.rows, "metrics.csv": 1 + (state.version - 1) // scenario.run.eval_every}
-    fresh = Simulation(scenario).state()
+    fresh = fresh_of(scenario)
     good = checkpoint.Checkpoint(None, scenario.to_toml(), state, rows, {})  # type: ignore[arg-type]
-    assert checkpoint.validate(good, fresh, scenario) == []
+    assert checkpoint.validate(good, *fresh) == []
     bad = checkpoint.Checkpoint(None, scenario.to_toml(), state._replace(participation=edit(state.participation)), rows, {})  # type: ignore[arg-type]
-    problems = checkpoint.validate(bad, fresh, scenario)
+    problems = checkpoint.validate(bad, *fresh)
     assert any(message in p for p in problems), problems
 
 
-def test_a_plug_in_registers_its_own_state_type_and_it_round_trips():
+def test_a_plug_in_declares_its_own_state_type_on_its_component_and_it_round_trips():
+    """The one path: a state type is declared with its component (``Component.state``), not
+    registered apart; a second type of that name on another component is refused, naming both."""
     from typing import NamedTuple
+
+    from asyncfl.components.core import Component
+    from asyncfl.components.registry import register, unregister
 
     class PluginState(NamedTuple):
         buffer: torch.Tensor
         steps: int
 
+    def build(cfg, ctx):
+        return None
+
+    register(Component("hook", "stateful-plugin", build, state=(PluginState,)))
     try:
-        assert checkpoint.register_state_type(PluginState) is PluginState
         value = PluginState(torch.arange(3.0), 7)
         back = checkpoint.decode(checkpoint.encode(value))
         assert type(back) is PluginState and torch.equal(back.buffer, value.buffer) and back.steps == 7
@@ -207,7 +223,11 @@ def test_a_plug_in_registers_its_own_state_type_and_it_round_trips():
             x: int
 
         Other.__name__ = "PluginState"
-        with pytest.raises(ValueError, match="already registered as PluginState"):
-            checkpoint.register_state_type(Other)
+        register(Component("hook", "other-plugin", build, state=(Other,)))
+        try:
+            with pytest.raises(CheckpointError, match="state type 'PluginState' of update hook 'other-plugin' clashes"):
+                checkpoint.state_types()
+        finally:
+            unregister("hook", "other-plugin")
     finally:
-        checkpoint.STATE_TYPES.pop("PluginState", None)
+        unregister("hook", "stateful-plugin")

@@ -10,7 +10,7 @@ import gc
 import pytest
 
 from asyncfl.sim import collector
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 
 from conftest import make_scenario
 
@@ -50,7 +50,7 @@ def test_a_run_simulates_with_the_relaxed_collector_and_gives_the_same_rows(thre
         return False
 
     scenario = make_scenario({"run.steps": 20})
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     sim.should_stop = probe
     asyncio.run(sim.run())
     assert seen and set(seen) == {(collector.YOUNG_THRESHOLD, *collector.OLDER_THRESHOLDS)}
@@ -58,7 +58,7 @@ def test_a_run_simulates_with_the_relaxed_collector_and_gives_the_same_rows(thre
 
     gc.disable()  # the same run with no collection at all: the same rows, bit for bit
     try:
-        again = Simulation(scenario)
+        again = build_simulation(scenario)
         asyncio.run(again.run())
     finally:
         gc.enable()

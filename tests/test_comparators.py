@@ -22,9 +22,9 @@ from asyncfl.server.algorithms import ServerStreams
 from asyncfl.server.async_rules import FADAS, DelayAdaptiveSGD, delay_scale, max_staleness
 from asyncfl.server.algorithms import AlgorithmContext
 from asyncfl.server.ca2fl import CA2FL, build_ca2fl
-from asyncfl.server.compose import make_rule
+from asyncfl.compose import build_rule as make_rule
 from asyncfl.server.rules import SGD, apply
-from asyncfl.sim.engine import run_blocking
+from asyncfl.compose import run_blocking
 
 from conftest import make_raw, whole_and_resumed
 

@@ -13,9 +13,10 @@ import hashlib
 import math
 import pickle
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
+import pydantic
 import pytest
 import torch
 from pydantic import Field
@@ -34,7 +35,7 @@ from asyncfl.run import provenance
 from asyncfl.run.bias_report import own_bias
 from asyncfl.run.runner import run_to_dir_blocking
 from asyncfl.server.rules import RuleOutput
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 
 from conftest import make_raw, make_scenario, whole_and_resumed
 
@@ -60,7 +61,7 @@ class Scaled:
         self.gain = gain
 
     @classmethod
-    def from_config(cls, cfg: ScaledConfig) -> "Scaled":
+    def from_config(cls, cfg: ScaledConfig, ctx: Any = None) -> "Scaled":
         return cls(cfg.gain)
 
     def init(self, theta: torch.Tensor) -> ScaledState:
@@ -94,6 +95,64 @@ def test_a_component_declares_its_kind_name_config_traits_and_state() -> None:
         Component("rule", "two words", print)
     with pytest.raises(ValueError, match="owns its whole \\[task\\] section: give its config class"):
         Component("task", "mine", print)
+
+
+def _tagged_config(kind: str, name: str) -> type | None:
+    """A config class for a kind whose component owns its whole section (tag = name)."""
+    info = KINDS[kind]
+    if not info.whole_section:
+        return None
+    return pydantic.create_model(f"Tagged_{kind}", __base__=Section, **{info.key: (Literal[name], name)})
+
+
+def _one_argument(cfg):  # the pre-contract shape of a rule or hook builder: build(cfg)
+    return None
+
+
+def _three_arguments(cfg, num_clients, seed):  # the pre-contract shape of a task builder
+    return None
+
+
+def _draw(cfg, rng):  # two arguments, but a latency draw's, not (cfg, ctx)
+    return 0.0
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("wrong", [_one_argument, _three_arguments, _draw])
+def test_a_builder_of_the_wrong_shape_is_refused_at_registration_naming_the_contract(kind: str, wrong: Any) -> None:
+    """pluggy's check, for every kind: a builder that is not ``build(cfg, ctx)`` is refused when
+    registered, and the message names the kind and its contract (its product)."""
+    info = KINDS[kind]
+    component = Component(kind, "wrong-shape", wrong, _tagged_config(kind, "wrong-shape"))
+    with pytest.raises(TypeError) as err:
+        register(component)
+    message = str(err.value)
+    assert f"{info.label} 'wrong-shape'" in message and info.builds in message and info.product.__name__ in message
+    assert "wrong-shape" not in REGISTRY.names(kind)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_builder_of_the_one_shape_registers_for_every_kind(kind: str) -> None:
+    def build(cfg, ctx):
+        return None
+
+    register(Component(kind, "right-shape", build, _tagged_config(kind, "right-shape")))
+    try:
+        assert REGISTRY.get(kind, "right-shape").make(None, None) is None
+    finally:
+        unregister(kind, "right-shape")
+
+
+def test_a_lazy_builder_of_the_wrong_shape_is_refused_when_first_imported() -> None:
+    lazy = Component("latency", "lazy-draw", "asyncfl.clients.latency:constant", _tagged_config("latency", "lazy-draw"))
+    with pytest.raises(TypeError, match=r"latency model 'lazy-draw': constant\(c.*not \(cfg, ctx\).*build\(cfg, ctx: FleetContext\) -> LatencyModel"):
+        lazy.builder()
+
+
+def test_every_builtin_builder_has_the_one_shape() -> None:
+    for kind in KINDS:
+        for c in REGISTRY.components(kind):
+            c.builder()  # imports and checks it
 
 
 def test_builtins_register_through_the_same_path_and_say_so() -> None:
@@ -251,19 +310,19 @@ def test_a_users_rule_state_is_checkpointed_and_resumed(scaled, tmp_path) -> Non
 
 # -- provenance ----------------------------------------------------------------------------------------
 def test_the_task_fingerprint_follows_its_data_and_its_architecture() -> None:
-    a = Simulation(make_scenario()).task
-    b = Simulation(make_scenario()).task
+    a = build_simulation(make_scenario()).task
+    b = build_simulation(make_scenario()).task
     assert provenance.data_fingerprint(a) == provenance.data_fingerprint(b)
-    other = Simulation(make_scenario({"seed": 4})).task
+    other = build_simulation(make_scenario({"seed": 4})).task
     assert provenance.data_fingerprint(other) != provenance.data_fingerprint(a)
     assert provenance.model_fingerprint(other) == provenance.model_fingerprint(a)  # same architecture
-    wider = Simulation(make_scenario({"task.dim": 6})).task
+    wider = build_simulation(make_scenario({"task.dim": 6})).task
     assert provenance.model_fingerprint(wider) != provenance.model_fingerprint(a)
 
 
 def test_provenance_names_a_missing_component_and_what_changed(scaled) -> None:
     scenario = make_scenario({"server.rule": "scaled"})
-    task = Simulation(scenario).task
+    task = build_simulation(scenario).task
     record = provenance.record(scenario, task)
     assert provenance.problems(record, scenario, task) == []
     moved = {**record, "components": [dict(c, origin={"source": "package", "module": "x", "package": "lab-rules",
@@ -271,10 +330,43 @@ def test_provenance_names_a_missing_component_and_what_changed(scaled) -> None:
                                       for c in record["components"]]}
     assert provenance.problems(moved, scenario, task) == [
         f"server.rule = 'scaled': the run used it from package lab-rules 1.0, now it comes from module {__name__}"]
-    other_task = Simulation(make_scenario({"server.rule": "scaled", "seed": 9})).task
+    other_task = build_simulation(make_scenario({"server.rule": "scaled", "seed": 9})).task
     assert provenance.problems(record, scenario, other_task) == [
         "task.name = 'quadratic': its data differ from the data the run started on (the clients' or the test set's tensors changed)"]
     unregister("rule", "scaled")
     assert provenance.missing(record) == [
         f"server.rule = 'scaled' came from module {__name__}, which is not installed or registered now"]
     register(SCALED)
+
+
+# -- the build context and the composition root ------------------------------------------------------
+def test_a_plug_in_gets_its_own_stream_from_the_seed_and_its_name() -> None:
+    """``ctx.stream(name)``: one of the run's streams by its name, else a generator derived from
+    ``(seed, name)`` alone — the same draws for the same seed and name, others for another name
+    or seed, and no run stream is touched."""
+    from asyncfl import rng as rngmod
+    from asyncfl.components.contracts import BuildContext
+
+    streams = rngmod.make_streams(3)
+    before = streams["latency"].bit_generator.state
+    ctx = BuildContext(clients=4, seed=3, streams=streams)
+    assert ctx.stream("latency") is streams["latency"]
+    mine = ctx.stream("mylab.dropout").random(5)
+    again = BuildContext(clients=4, seed=3).stream("mylab.dropout").random(5)
+    np.testing.assert_array_equal(mine, again)
+    assert not np.array_equal(mine, BuildContext(clients=4, seed=4).stream("mylab.dropout").random(5))
+    assert not np.array_equal(mine, ctx.stream("mylab.other").random(5))
+    assert streams["latency"].bit_generator.state == before
+
+
+def test_the_engine_takes_parts_not_a_scenario() -> None:
+    from asyncfl.compose import compose
+    from asyncfl.sim.engine import Simulation
+
+    scenario = make_scenario()
+    with pytest.raises(TypeError, match=r"Simulation takes the parts of a run \(asyncfl.compose.compose\(scenario\)\)"):
+        Simulation(scenario)  # type: ignore[arg-type]
+    sim = Simulation(compose(scenario))
+    assert not hasattr(sim, "scenario") and sim.settings.steps == scenario.run.steps
+    with pytest.raises(TypeError, match="unknown overrides"):
+        compose(scenario, fleet_factory=None)

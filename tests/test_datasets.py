@@ -21,7 +21,7 @@ import torch
 from asyncfl.cli.main import main
 from asyncfl.config import datasets as ds
 from asyncfl.config.scenario import ClientConfig
-from asyncfl.compute.compose import local_train, train_batched
+from asyncfl.compose import local_train, train_batched
 from asyncfl.compute.training import LocalJob
 from asyncfl.datasets.cifar import read_cifar_batch
 from asyncfl.datasets.idx import read_idx, read_idx_images, read_idx_labels

@@ -12,7 +12,8 @@ import pytest
 
 from asyncfl import rng as rngmod
 from asyncfl.server.aggregation import weight_matrix
-from asyncfl.sim.engine import Simulation, StepEvent, run_blocking
+from asyncfl.sim.engine import Simulation, StepEvent
+from asyncfl.compose import build_simulation, run_blocking
 
 from conftest import make_scenario
 
@@ -76,8 +77,7 @@ def test_fedbuff_matches_heapq_reference(seed, concurrency, buffer, max_stalenes
     assert got == [(k, v, s, tau, acc, pytest.approx(t, abs=1e-12)) for k, v, s, tau, acc, t in want]
 
 
-def _check_invariants(sim: Simulation) -> None:
-    scenario = sim.scenario
+def _check_invariants(sim: Simulation, scenario) -> None:
     rows = sim.sink.updates
     accepted = [r for r in rows if r.accepted]
     # staleness = step − version ≥ 0
@@ -111,8 +111,9 @@ def _check_invariants(sim: Simulation) -> None:
     {"server.protocol": "sync", "server.concurrency": None, "server.cohort": 5, "server.buffer": None, "server.max_staleness": None},
 ])
 def test_invariants_hold(overrides):
-    sim = run_blocking(make_scenario({"run.steps": 20, **overrides}))
-    _check_invariants(sim)
+    scenario = make_scenario({"run.steps": 20, **overrides})
+    sim = run_blocking(scenario)
+    _check_invariants(sim, scenario)
 
 
 def test_rows_of_w_sum_to_one_without_staleness_weighting():
@@ -158,7 +159,7 @@ def test_fedasync_is_buffer_one():
 
 @pytest.mark.asyncio
 async def test_events_is_an_async_iterator_of_steps():
-    sim = Simulation(make_scenario({"run.steps": 9, "run.eval_every": 3}))
+    sim = build_simulation(make_scenario({"run.steps": 9, "run.eval_every": 3}))
     events: list[StepEvent] = [e async for e in sim.events()]
     assert [e.step for e in events] == list(range(1, 10))
     assert [e.step for e in events if e.metrics is not None] == [3, 6, 9]
@@ -168,9 +169,9 @@ async def test_events_is_an_async_iterator_of_steps():
 
 @pytest.mark.asyncio
 async def test_thread_executor_gives_the_same_run_as_inline():
-    inline = Simulation(make_scenario())
+    inline = build_simulation(make_scenario())
     await inline.run()
-    threaded = Simulation(make_scenario({"run.executor": "threads", "run.workers": 2}))
+    threaded = build_simulation(make_scenario({"run.executor": "threads", "run.workers": 2}))
     await threaded.run()
     assert inline.sink.updates == threaded.sink.updates
     assert bool((inline.theta == threaded.theta).all())
@@ -185,7 +186,7 @@ def test_training_reduces_the_loss_on_the_quadratic_task():
 
 def test_train_loss_off_skips_the_pass_over_all_clients_and_changes_nothing_else(monkeypatch):
     on = run_blocking(make_scenario())
-    sim = Simulation(make_scenario({"run.train_loss": False}))
+    sim = build_simulation(make_scenario({"run.train_loss": False}))
     monkeypatch.setattr(type(sim.task), "train_loss", lambda self, theta: pytest.fail("train_loss evaluated"))
     asyncio.run(sim.run())
     assert all(math.isnan(row["train_loss"]) for row in sim.sink.metrics)

@@ -38,11 +38,12 @@ from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
 from asyncfl.clients import fedscale
 from asyncfl.config import memory, scenario as sc
+from asyncfl.config.files import resolve_path
 from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask
 from asyncfl.errors import RunInterrupted, TraceError
 from asyncfl.run import checkpoint, rundir
 from asyncfl.run.runner import run_to_dir
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 from asyncfl.tasks import build_task
 
 from conftest import make_raw, make_scenario
@@ -353,15 +354,16 @@ def test_6_workers_started_off_the_main_thread_notice_the_parent_is_gone(tmp_pat
 import asyncio, os, sys, threading, time
 sys.path.insert(0, {str(REPO / 'tests')!r})
 from conftest import make_scenario
-from asyncfl.compute.compose import solver_of
+from asyncfl.compose import solver_of
 from asyncfl.compute.executors import ProcessExecutor, TaskRecipe
 from asyncfl.tasks import build_task
 from asyncfl.config.registries import TASKS
+from asyncfl.components.contracts import BuildContext
 sc = make_scenario({{"run.workers": 1}})
 task = build_task(sc.task, sc.population.clients, sc.seed)
 box = []
 def start():
-    box.append(ProcessExecutor(task, sc.client, solver_of(sc.client), sc.run, TaskRecipe(TASKS.load(sc.task.name), sc.task, sc.population.clients, sc.seed)))
+    box.append(ProcessExecutor(task, sc.client, solver_of(sc.client), sc.run, TaskRecipe(TASKS.load(sc.task.name), sc.task, BuildContext(clients=sc.population.clients, seed=sc.seed))))
 t = threading.Thread(target=start); t.start(); t.join()
 print(*[p.pid for p in box[0]._procs], flush=True)
 time.sleep(600)
@@ -387,9 +389,9 @@ def test_7_fedavg_with_a_proximal_term_is_refused(tmp_path, capsys):
             assert code == 2 and "client.mu = 0.5: server.algorithm = 'fedavg' has no proximal term" in err, err
             assert "use server.algorithm = 'fedprox'" in err and not out.exists()
     # FedBuff + fedprox is what fedavg + μ used to run: the jobs carry μ, and the run differs from μ = 0
-    prox = Simulation(make_scenario({"server.algorithm": "fedprox", "client.mu": 0.5}))
+    prox = build_simulation(make_scenario({"server.algorithm": "fedprox", "client.mu": 0.5}))
     asyncio.run(prox.run())
-    plain = Simulation(make_scenario())
+    plain = build_simulation(make_scenario())
     asyncio.run(plain.run())
     assert prox.algorithm.mu == 0.5 and plain.algorithm.mu == 0.0
     assert not torch.equal(prox.theta, plain.theta)
@@ -460,7 +462,7 @@ def test_9_the_initial_loss_after_a_resume_is_the_step_0_loss(stopped):
     bit for bit the step-0 evaluation of the interrupted run."""
     run, _ = stopped
     ck = checkpoint.read(run / "checkpoint.pt")
-    sim = Simulation(sc.load(run / "scenario.toml"))
+    sim = build_simulation(sc.load(run / "scenario.toml"))
     sim.restore(ck.state)
     step0 = float(rundir.read_csv(run / "metrics.csv")[0]["loss"])
     assert sim.initial_loss == step0
@@ -580,7 +582,7 @@ def test_13_the_package_prefix_cannot_leave_its_folder(key, value, tmp_path, cap
     assert code == 2 and f"{key} = '{value}'" in err and "must name a file shipped in asyncfl/data/" in err, err
     assert "root:" not in err and not (tmp_path / "run").exists()
     with pytest.raises(sc.ScenarioError):
-        sc.resolve_path(value)
+        resolve_path(value)
 
 
 def test_13_study_names_cannot_be_dot_dot(tmp_path, capsys):
@@ -845,14 +847,14 @@ def test_18_the_algorithm_parts_bound_the_built_state():
             "server.max_staleness": None, "server.rule": "sgd", "client.mu": 0.5}
     for algorithm in ("fedsplit", "feddr", "fedpd"):
         scenario = make_scenario({**sync, "server.algorithm": algorithm})
-        sim = Simulation(scenario)
+        sim = build_simulation(scenario)
         rows = {"fedsplit": 3, "feddr": 3, "fedpd": 4}[algorithm]  # their memory and the server's table, per client
         part = {p.what: p.bytes for p in memory.estimate(scenario).parts}[f"{algorithm}'s {rows} model vectors per client"]
         state = sim.algo_state
         assert part == _state_bytes(state.clients) + _state_bytes(state.table)
     for window in (None, 8):
         scenario = make_scenario({"server.rule": "ma-full", "run.steps": 37, "server.ma_window": window})
-        sim = Simulation(scenario)
+        sim = build_simulation(scenario)
         asyncio.run(sim.run())
         part = {p.what: p.bytes for p in memory.estimate(scenario).parts}["MA-full's history of aggregates and its factors"]
         actual = _state_bytes(sim.algo_state.rule)

@@ -12,7 +12,7 @@ from asyncfl.compute.linearised import linearised_step, linearised_train
 from asyncfl.compute.training import LocalJob, batch_schedule, sgd_train
 from asyncfl.config import scenario as sc
 from asyncfl.errors import ScenarioError
-from asyncfl.sim.engine import run_blocking
+from asyncfl.compose import run_blocking
 
 
 def _scenario(**client):

@@ -19,11 +19,11 @@ import torch
 
 import asyncfl
 from asyncfl.compute.hooks import ClipNorm, TopK, hook_seed
-from asyncfl.compute.compose import local_train
+from asyncfl.compose import local_train
 from asyncfl.compute.training import LocalJob, batch_schedule
 from asyncfl.errors import ScenarioError
 from asyncfl.run.runner import run_to_dir_blocking
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 from asyncfl.tasks.base import ClientData, Task
 
 from conftest import make_scenario
@@ -47,7 +47,7 @@ def _reference(task: Task, cfg, job: LocalJob, optimizer) -> torch.Tensor:
 def test_local_sgd_equals_torch_optim_sgd(momentum: float, nesterov: bool, decay: float) -> None:
     scenario = make_scenario({"client.momentum": momentum, "client.nesterov": nesterov, "client.weight_decay": decay,
                               "client.local_steps": 7})
-    task = Simulation(scenario).task
+    task = build_simulation(scenario).task
     job = LocalJob(client=2, start=task.initial_theta + 0.3, centre=task.initial_theta, mu=0.0, seed=11)
     got = local_train(task, scenario.client, job)
     want = _reference(task, scenario.client, job, lambda p: torch.optim.SGD(
@@ -58,7 +58,7 @@ def test_local_sgd_equals_torch_optim_sgd(momentum: float, nesterov: bool, decay
 def test_local_adam_equals_torch_optim_adam() -> None:
     scenario = make_scenario({"client.solver": "adam", "client.adam_beta1": 0.8, "client.adam_beta2": 0.99,
                               "client.eps": 1e-6, "client.weight_decay": 0.05, "client.local_steps": 9})
-    task = Simulation(scenario).task
+    task = build_simulation(scenario).task
     job = LocalJob(client=5, start=task.initial_theta.clone(), centre=task.initial_theta, mu=0.0, seed=4)
     got = local_train(task, scenario.client, job)
     want = _reference(task, scenario.client, job, lambda p: torch.optim.Adam(
@@ -97,9 +97,9 @@ def test_a_hook_changes_what_the_server_receives_in_a_run(tmp_path) -> None:
     """With every upload clipped to 1e-3 the aggregate has norm ≤ 1e-3 (a convex combination), the
     heavy ball's m_t ≤ Σ_k β^k · 1e-3 < 1e-2 (β = 0.9), so T = 12 steps of η = 0.5 move θ by less
     than 12 · 0.5 · 1e-2 = 0.06; the event order (updates.csv) does not depend on the uploads."""
-    none = Simulation(make_scenario())
+    none = build_simulation(make_scenario())
     asyncio.run(none.run())
-    clip = Simulation(make_scenario({"client.update_hook": "clip-norm", "client.update_clip": 1e-3}))
+    clip = build_simulation(make_scenario({"client.update_hook": "clip-norm", "client.update_clip": 1e-3}))
     asyncio.run(clip.run())
     moved = float(torch.linalg.vector_norm(clip.theta - clip.task.initial_theta))
     assert 0 < moved < 0.06 < float(torch.linalg.vector_norm(none.theta - none.task.initial_theta))
@@ -158,8 +158,8 @@ def test_a_tasks_own_metrics_reach_metrics_csv_load_run_and_tensorboard(tmp_path
     class Top2Config(TaskSection):
         name: Literal["top2-toy"] = "top2-toy"
 
-    def build(cfg, num_clients, seed):
-        torch.manual_seed(seed)
+    def build(cfg, ctx):
+        torch.manual_seed(ctx.seed)
         return _task(torch.nn.Linear(6, 3), Top2Task, metric_names=("top2",))
 
     register(Component("task", "top2-toy", build, Top2Config))

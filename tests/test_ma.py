@@ -20,7 +20,7 @@ from tests.conftest import make_scenario
 from asyncfl.server.aggregation import Aggregate, weight_matrix
 from asyncfl.figures.bias import draw_bias_heatmaps
 from asyncfl.server.bias import bias_report
-from asyncfl.server.compose import make_rule
+from asyncfl.compose import build_rule as make_rule
 from asyncfl.server.rules import Momentum, Nesterov, apply
 
 KINDS = ("momentum", "nesterov")

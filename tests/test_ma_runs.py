@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from asyncfl.cli.main import main
-from asyncfl.sim.engine import run_blocking
+from asyncfl.compose import run_blocking
 from asyncfl.run.rundir import read_csv
 from asyncfl.run.runner import run_to_dir_blocking
 
@@ -100,10 +100,11 @@ def test_ridge_keeps_ma_full_stable_where_lambda_zero_diverges():
     the default λ = 1e-3 kept |a| ≈ 5 and the objective went down (5.7 → 5.3)."""
     stale = {**STALE, "population.clients": 100, "server.max_staleness": None, "run.steps": 150, "run.eval_every": 150,
              "run.divergence_loss": 1e12}
-    default = run_blocking(make_scenario({**stale, "server.rule": "ma-full"}))
+    scenario = make_scenario({**stale, "server.rule": "ma-full"})
+    default = run_blocking(scenario)
     zero = run_blocking(make_scenario({**stale, "server.rule": "ma-full", "server.ma_ridge": 0.0}))
     start = default.sink.metrics[0]["train_loss"]
-    assert default.scenario.server.ma_ridge == 1e-3  # the documented default
+    assert scenario.server.ma_ridge == 1e-3  # the documented default
     assert np.abs(default.coefficients()).max() < 10
     assert default.last_metrics["train_loss"] < start
     assert np.abs(zero.coefficients()).max() > 100

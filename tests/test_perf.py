@@ -4,6 +4,7 @@ training equals per-client training, and every executor gives the same run."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 
 import numpy as np
@@ -11,12 +12,12 @@ import pytest
 import torch
 
 from asyncfl.config import scenario as sc
-from asyncfl.sim.engine import Simulation, run_blocking
+from asyncfl.compose import build_simulation, run_blocking
 from asyncfl.errors import ScenarioError
-from asyncfl.compute.compose import make_executor
+from asyncfl.compose import build_executor, context
 from asyncfl.compute.executors import BatchedExecutor, NullExecutor
 from asyncfl.tasks import build_task
-from asyncfl.compute.compose import local_train, train_batched
+from asyncfl.compose import local_train, train_batched
 from asyncfl.compute.training import LocalJob, batch_schedule, group_indices, local_steps_count, mlp_layers
 
 from conftest import make_scenario
@@ -85,7 +86,7 @@ def test_batched_executor_trains_pending_jobs_together_and_matches_inline_run():
     base = {"task.name": "synthetic", "task.dim": None, "task.problem": None, "task.samples_per_client": None,
             "client.lr": 0.05, "population.clients": 40, "run.steps": 8}
     inline = run_blocking(make_scenario(base))
-    batched = Simulation(make_scenario({**base, "run.batched": True}))
+    batched = build_simulation(make_scenario({**base, "run.batched": True}))
     asyncio.run(batched.run())
     assert isinstance(batched.executor, BatchedExecutor)
     assert max(batched.executor.batches) > 1
@@ -177,7 +178,7 @@ def test_ray_missing_is_a_scenario_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_ray)
     scenario = make_scenario({"run.executor": "ray"})
     with pytest.raises(ScenarioError, match=r"run\.executor = 'ray'.*pip install asyncfl\[ray\]"):
-        make_executor(None, scenario.client, scenario.run, scenario)
+        build_executor(scenario, None)
 
 
 def test_batched_is_refused_with_threads():
@@ -186,7 +187,7 @@ def test_batched_is_refused_with_threads():
     scenario = make_scenario()  # the executor's builder refuses it too, for a run section made by hand
     run = scenario.run.model_copy(update={"executor": "threads", "batched": True})
     with pytest.raises(ScenarioError, match=r"run\.batched = true, run\.executor = 'threads'.*inline, processes, ray"):
-        make_executor(None, scenario.client, run, scenario)
+        build_executor(dataclasses.replace(scenario, run=run), None)
 
 
 def test_null_executor_runs_the_engine_without_training():
@@ -213,11 +214,11 @@ def test_thread_workers_do_not_share_a_module():
 def test_batched_client_messages_equal_the_per_upload_messages_bit_for_bit():
     """``Δ = θ_s − θ_local`` over stacked tensors (uploads of several model versions) is the
     same elementwise subtraction as one upload at a time."""
-    from asyncfl.sim.engine import default_algorithm
+    from asyncfl.compose import build_algorithm
 
     scenario = make_scenario()
     task = build_task(scenario.task, scenario.population.clients, scenario.seed)
-    algorithm = default_algorithm(scenario, task, None)
+    algorithm = build_algorithm(scenario, context(scenario).with_(task=task))
     state = algorithm.init(task.initial_theta)
     g = torch.Generator().manual_seed(0)
     versions = [task.initial_theta + torch.randn(task.dim, generator=g) for _ in range(3)]
@@ -232,11 +233,11 @@ def test_one_start_model_broadcast_gives_the_stacked_messages_bit_for_bit():
     """A flush whose uploads all started from one θ_s: ``θ_s − stack(locals)`` (broadcast) is the
     per-upload ``θ_s − θ_local`` bit for bit, whether the locals are the rows of one trained
     block (used without a copy) or separate tensors."""
-    from asyncfl.sim.engine import default_algorithm
+    from asyncfl.compose import build_algorithm
 
     scenario = make_scenario()
     task = build_task(scenario.task, scenario.population.clients, scenario.seed)
-    algorithm = default_algorithm(scenario, task, None)
+    algorithm = build_algorithm(scenario, context(scenario).with_(task=task))
     state = algorithm.init(task.initial_theta)
     g = torch.Generator().manual_seed(1)
     theta = task.initial_theta + torch.randn(task.dim, generator=g, dtype=task.dtype)

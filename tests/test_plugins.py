@@ -115,6 +115,27 @@ def test_sweep_over_a_plugin_rule_on_two_workers_equals_each_point_run_alone(ins
         _same_run(run, alone)
 
 
+def test_sweep_over_the_plugin_protocol_counts_its_own_drop_reason(installed: Path, data: Path, tmp_path: Path) -> None:
+    """The example protocol (``deadline``, its own drop reason) runs from the installed package
+    in a sweep's worker processes; a tighter deadline drops more uploads, each counted under its
+    reason in ``summary.json`` and ``updates.csv``."""
+    sweep = tmp_path / "sweep"
+    done = _asyncfl(["sweep", str(data / "scenario.toml"), "--set", 'server.protocol="deadline"', "--unset",
+                     "server.max_staleness", "--set", "run.steps=10", "--grid", "server.deadline=0.5,3.0", "--seeds", "0",
+                     "--workers", "2", "--out", str(sweep), "--quiet"], installed)
+    assert done.returncode == 0, done.stderr
+    dropped = {}
+    for summary in sweep.rglob("summary.json"):
+        if summary.parent == sweep:
+            continue
+        record = json.loads(summary.read_text())
+        deadline = 0.5 if "deadline = 0.5" in (summary.parent / "scenario.toml").read_text() else 3.0
+        rows = (summary.parent / "updates.csv").read_text().count(",deadline,")
+        assert record["status"] == "completed" and record["updates_dropped_deadline"] == rows
+        dropped[deadline] = rows
+    assert set(dropped) == {0.5, 3.0} and dropped[0.5] > dropped[3.0]
+
+
 def test_sigkilled_run_resumes_to_the_uninterrupted_files(installed: Path, data: Path, tmp_path: Path) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     args = ["--set", "run.steps=200", "--set", "run.checkpoint_every=10"]

@@ -19,7 +19,7 @@ from asyncfl.clients.availability import Diurnal, Schedule, diurnal
 from asyncfl.clients.fedscale import AvailabilityTrace
 from asyncfl.clients.fleet import draw_speeds
 from asyncfl.config import memory
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 
 from conftest import make_scenario
 
@@ -114,7 +114,7 @@ def test_the_fleet_asks_all_idle_clients_at_once_when_nobody_can_be_dispatched()
     as asking each idle client (the busy ones are not waited for)."""
     scenario = make_scenario({"population.clients": 50, "population.availability": "diurnal",
                               "population.period": 10.0, "population.online_fraction": 0.2})
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     fleet = sim.fleet
     fleet.busy[::3] = True
     for now in (0.0, 4.4, 17.0):
@@ -127,7 +127,7 @@ def test_the_memory_estimate_counts_the_population_as_built():
     busy flags (9 bytes a client), the diurnal schedule's three arrays (17), the participation
     ledger of a private run (spent, pending, last step: 17)."""
     scenario = make_scenario({"population.clients": 3000, "population.availability": "diurnal"})
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     parts = {p.what: p.bytes for p in memory.estimate(scenario).parts}
     fleet, schedule = sim.fleet, sim.fleet.availability
     assert parts["the population (speeds, busy flags)"] == fleet.speeds.nbytes + fleet.busy.nbytes == 3000 * 9
@@ -135,7 +135,7 @@ def test_the_memory_estimate_counts_the_population_as_built():
         schedule.start.nbytes + schedule.end.nbytes + schedule.always.nbytes) == 3000 * 17
     private = make_scenario({"population.clients": 3000, "privacy.enabled": True, "privacy.noise_multiplier": 1.0,
                              "privacy.gamma": 1.0, "server.max_staleness": 4})
-    ledger = Simulation(private).participation
+    ledger = build_simulation(private).participation
     parts = {p.what: p.bytes for p in memory.estimate(private).parts}
     assert parts["the participation ledger"] == ledger.spent.nbytes + ledger.pending.nbytes + ledger.last_step.nbytes
 
@@ -151,13 +151,13 @@ def test_the_estimate_of_the_population_and_the_clients_in_flight_is_close_to_th
 import asyncio, os
 from asyncfl.compute.executors import NullExecutor
 from asyncfl.config.memory import estimate
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 from benchmarks.common import engine_scenario, null_task
 resident = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 scenario = engine_scenario(1_000_000, 20_000, 100, 1)
 before = resident()
 async def first_step():
-    sim = Simulation(scenario, task=null_task(), executor=NullExecutor())
+    sim = build_simulation(scenario, task=null_task(), executor=NullExecutor())
     await sim.events().__anext__()
     print(resident() - before, len(sim.in_flight))
 asyncio.run(first_step())

@@ -10,7 +10,7 @@ import pytest
 
 from asyncfl.config import scenario as sc
 from asyncfl.server.aggregation import Aggregate
-from asyncfl.sim.engine import Simulation, run_blocking
+from asyncfl.compose import build_simulation, run_blocking
 from asyncfl.server.rules import Momentum
 from asyncfl.run.runner import run_to_dir_blocking
 
@@ -69,7 +69,7 @@ class SpyMomentum(Momentum):
 
 def test_the_server_rule_receives_one_aggregate_per_step_and_nothing_per_client():
     scenario = private()
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     spy = SpyMomentum()
     sim.algorithm.rule = spy
     sim.algo_state = sim.algorithm.init(sim.theta)

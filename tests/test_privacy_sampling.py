@@ -39,7 +39,8 @@ from asyncfl.errors import ParticipationCapReached, RunInterrupted, ScenarioErro
 from asyncfl.privacy import Releases, build_privacy, calibrate_sigma, epsilon_of, epsilon_spent, sigma_for
 from asyncfl.records import MemorySink
 from asyncfl.run.runner import run_to_dir_blocking
-from asyncfl.sim.engine import Simulation, run_blocking
+from asyncfl.compose import build_simulation, run_blocking
+from asyncfl.sim.engine import Simulation
 
 from conftest import make_raw
 
@@ -207,7 +208,7 @@ def private_scenarios(draw: Any) -> tuple[sc.Scenario, int | None]:
 @given(case=private_scenarios())
 def test_no_client_exceeds_its_cap_or_uploads_twice_to_a_step(case):
     scenario, k = case
-    sim = Simulation(scenario, sink=MemorySink())
+    sim = build_simulation(scenario, sink=MemorySink())
     watch = Watch(sim, k)
     events = [0]
 

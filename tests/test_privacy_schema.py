@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from asyncfl.config import scenario as sc
 from asyncfl.errors import ParticipationCapReached, RunInterrupted, SimulationStalled
+from asyncfl.compose import build_simulation
 from asyncfl.sim.engine import Simulation
 from asyncfl.records import MemorySink
 from conftest import make_raw, through_file
@@ -110,7 +111,7 @@ def schema_scenarios(draw: Any) -> tuple[sc.Scenario, int, int]:
 @given(case=schema_scenarios(), stop=st.integers(3, 40))
 def test_no_client_exceeds_k_nor_contributes_twice_within_b_steps_across_a_resume(case, stop):
     scenario, k, b = case
-    first = Simulation(scenario, sink=MemorySink())
+    first = build_simulation(scenario, sink=MemorySink())
     watch = SeparationWatch(first, k, b, [])
     try:
         interrupted = run_until(first, stop)
@@ -119,7 +120,7 @@ def test_no_client_exceeds_k_nor_contributes_twice_within_b_steps_across_a_resum
     rows = list(first.sink.updates)
     problems = list(watch.problems)
     if interrupted:  # resume in a fresh simulation from the state as a checkpoint stores it
-        second = Simulation(scenario, sink=MemorySink())
+        second = build_simulation(scenario, sink=MemorySink())
         second.restore(through_file(first.state()))
         watch2 = SeparationWatch(second, k, b, rows)
         try:

@@ -15,7 +15,7 @@ from asyncfl.config import scenario as sc
 from asyncfl.errors import ScenarioError
 from asyncfl.server.prox import Regularizer, gradient_mapping
 from asyncfl.server.splitting import Schedule, full_gradient
-from asyncfl.sim.engine import Simulation, run_blocking
+from asyncfl.compose import build_simulation, run_blocking
 
 V = np.array([1.7, -0.2, 0.05, -2.4, 0.9])
 H_STEP = 0.6
@@ -155,7 +155,7 @@ def test_the_inexactness_schedule_sets_each_rounds_local_steps(schedule, growth,
 
 def test_a_scheduled_run_dispatches_jobs_with_the_scheduled_steps():
     raw = _feddr(feddr_schedule="linear", feddr_growth=1.0, feddr_diagnostics=False)
-    sim = Simulation(sc.validate(raw))
+    sim = build_simulation(sc.validate(raw))
     seen = []
     original = sim.executor.submit
 

@@ -15,6 +15,7 @@ declared once, in :mod:`asyncfl.components.builtin`, and seen by kind through th
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import re
@@ -35,7 +36,14 @@ from asyncfl.config.registries import (
     ACCOUNTANTS, ALGORITHMS, COUNT_MODES, EXECUTORS, LATENCIES, PROTOCOLS, REGISTRIES, RULES, SAMPLINGS, TASKS,
 )
 from asyncfl.errors import ScenarioError
+from asyncfl.cli.table import CommandTable
+from asyncfl.components.contracts import BuildContext
 from asyncfl.registry import Registry
+from asyncfl.config.base import Section
+from asyncfl.config.latency import (
+    ConstantLatency, ExponentialLatency, HalfNormalLatency, LogNormalLatency, ParetoLatency, UniformLatency,
+)
+from asyncfl.config.tasks import QuadraticTask
 from asyncfl.server.aggregation import Aggregate
 
 from conftest import make_raw
@@ -43,9 +51,9 @@ from conftest import make_raw
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# -- the Registry type ------------------------------------------------------------------------
+# -- the command table type (asyncfl.cli.table) -----------------------------------------------
 def test_a_registry_knows_its_names_without_importing_them() -> None:
-    reg = Registry("widget", "section.widget", {
+    reg = CommandTable("widget", "section.widget", {
         "a": "json:dumps",
         "b": ("json:loads", "reads JSON"),
         "c": ("json.decoder:JSONDecoder.decode", "a method, by dotted attribute"),
@@ -62,7 +70,7 @@ def test_a_registry_knows_its_names_without_importing_them() -> None:
 
 
 def test_an_unknown_name_is_answered_with_the_field_and_every_name() -> None:
-    reg = Registry("widget", "section.widget", {"alpha": "json:dumps", "beta": "json:loads"})
+    reg = CommandTable("widget", "section.widget", {"alpha": "json:dumps", "beta": "json:loads"})
     msg = reg.unknown("alpah")
     assert msg == "section.widget = 'alpah': unknown widget; did you mean 'alpha'? Allowed: alpha, beta"
     assert reg.unknown(3) == "section.widget = 3: unknown widget. Allowed: alpha, beta"
@@ -72,12 +80,12 @@ def test_an_unknown_name_is_answered_with_the_field_and_every_name() -> None:
 
 def test_a_target_must_be_module_colon_attribute() -> None:
     with pytest.raises(ValueError, match="module:attribute"):
-        Registry("widget", "section.widget", {"a": "json.dumps"})
+        CommandTable("widget", "section.widget", {"a": "json.dumps"})
 
 
 def test_a_component_has_a_config_class_when_it_owns_keys() -> None:
-    assert LATENCIES.config("pareto") is sc.ParetoLatency
-    assert TASKS.config("quadratic") is sc.QuadraticTask
+    assert LATENCIES.config("pareto") is ParetoLatency
+    assert TASKS.config("quadratic") is QuadraticTask
     assert set(RULES.config("adam").model_fields) == {"beta", "adam_beta2", "adam_eps"}
     with pytest.raises(LookupError, match="no config class"):
         RULES.config("sgd")
@@ -123,7 +131,7 @@ def test_every_rule_builds_from_its_own_config_and_steps(name: str) -> None:
     else:
         cfg = None if component.config is None else component.config(
             **({"ma_ridge": 0.0} if "ma_ridge" in component.config.model_fields else {}))
-    rule = component.builder()(cfg)
+    rule = component.make(cfg, None)
     assert callable(rule.init) and callable(rule.direction)
     theta = torch.zeros(4, dtype=torch.float64)
     state = rule.init(theta)
@@ -137,7 +145,7 @@ def test_every_rule_builds_from_its_own_config_and_steps(name: str) -> None:
 
 
 def test_make_rule_builds_the_named_component() -> None:
-    from asyncfl.server.compose import make_rule
+    from asyncfl.compose import build_rule as make_rule
 
     for name in RULES.names:
         build = RULES.load(name)
@@ -156,19 +164,23 @@ def test_every_algorithm_builder_takes_its_own_config_and_a_context(name: str) -
 
 @pytest.mark.parametrize("name", PROTOCOLS.names)
 def test_every_protocol_is_a_class_the_engine_can_drive(name: str) -> None:
+    from asyncfl.components.contracts import ServerProtocol
+
     cls = PROTOCOLS.load(name)
     assert inspect.isclass(cls)
-    for method in ("start", "on_arrival", "on_offline"):
+    for method in ("attach", "start", "on_arrival", "on_offline", "ready", "stepped", "state_problems"):
         assert callable(getattr(cls, method, None)), (name, method)
+    protocol = PROTOCOLS.make(name, PROTOCOLS.config(name)(), BuildContext(clients=4, seed=0, buffer=2))
+    assert isinstance(protocol, ServerProtocol)  # the public contract, checked structurally
 
 
 DRAWN = {  # an independent statement of each drawn model, on a fresh generator of the same seed
-    "constant": (sc.ConstantLatency(value=2.5), lambda c, rng: c.value),
-    "exponential": (sc.ExponentialLatency(mean=3.0), lambda c, rng: rng.exponential(3.0)),
-    "halfnormal": (sc.HalfNormalLatency(scale=2.0), lambda c, rng: abs(rng.normal(0.0, 2.0))),
-    "lognormal": (sc.LogNormalLatency(median=2.0, sigma=0.5), lambda c, rng: 2.0 * np.exp(0.5 * rng.standard_normal())),
-    "uniform": (sc.UniformLatency(low=0.5, high=4.0), lambda c, rng: rng.uniform(0.5, 4.0)),
-    "pareto": (sc.ParetoLatency(scale=1.5, shape=2.5), lambda c, rng: 1.5 * (1.0 + rng.pareto(2.5))),
+    "constant": (ConstantLatency(value=2.5), lambda c, rng: c.value),
+    "exponential": (ExponentialLatency(mean=3.0), lambda c, rng: rng.exponential(3.0)),
+    "halfnormal": (HalfNormalLatency(scale=2.0), lambda c, rng: abs(rng.normal(0.0, 2.0))),
+    "lognormal": (LogNormalLatency(median=2.0, sigma=0.5), lambda c, rng: 2.0 * np.exp(0.5 * rng.standard_normal())),
+    "uniform": (UniformLatency(low=0.5, high=4.0), lambda c, rng: rng.uniform(0.5, 4.0)),
+    "pareto": (ParetoLatency(scale=1.5, shape=2.5), lambda c, rng: 1.5 * (1.0 + rng.pareto(2.5))),
 }
 
 
@@ -179,16 +191,16 @@ def test_the_latency_registry_is_the_drawn_models_and_the_replayed_ones() -> Non
 @pytest.mark.parametrize("name", LATENCIES.names)
 def test_every_latency_model_has_its_config_class_and_a_draw(name: str) -> None:
     config = LATENCIES.config(name)
-    assert issubclass(config, sc.Section) and config.model_fields["dist"].default == name
-    draw = LATENCIES.load(name)
-    assert callable(draw)
+    assert issubclass(config, Section) and config.model_fields["dist"].default == name
+    build = LATENCIES.load(name)
+    assert callable(build)
     if name not in DRAWN:  # replayed / fixed per client: not drawn per job
         assert LATENCIES.get(name).traits.mode == {"trace": "replay", "fedscale": "profiles"}[name]
         return
     assert LATENCIES.get(name).traits.mode == "draw"
     cfg, reference = DRAWN[name]
     rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
-    sample = latency_models.sampler(draw, cfg)
+    sample = LATENCIES.make(name, cfg, None)  # build(cfg, ctx): the draw bound to its config
     got = [sample(rng_a) for _ in range(50)]
     want = [float(reference(cfg, rng_b)) for _ in range(50)]
     assert got == want  # bit for bit, and the generators are left in the same state
@@ -241,7 +253,7 @@ def test_every_task_builder_builds_its_config(name: str, dataset_folder: Path) -
     assert callable(builder)
     keys = {k: v.format(data=dataset_folder) if isinstance(v, str) else v for k, v in TINY_TASKS[name].items()}
     cfg = config(**keys)
-    task = builder(cfg, 3, 0)
+    task = builder(cfg, BuildContext(clients=3, seed=0))
     assert isinstance(task, Task) and task.num_clients == 3
     assert torch.equal(build_task(cfg, 3, 0).initial_theta, task.initial_theta)
 
@@ -256,23 +268,23 @@ def test_build_task_refuses_an_unregistered_name_listing_every_task() -> None:
 
 
 @pytest.mark.parametrize("name", EXECUTORS.names)
-def test_every_executor_target_builds_from_task_client_run_recipe(name: str) -> None:
+def test_every_executor_builder_has_the_one_builder_shape(name: str) -> None:
     build = EXECUTORS.load(name)
-    assert list(inspect.signature(build).parameters) == ["task", "client", "solver", "run", "recipe"]
+    assert list(inspect.signature(build).parameters) == ["cfg", "ctx"]
 
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("name", ["inline", "threads"])
 async def test_the_in_process_executors_train_a_job(name: str) -> None:
-    from asyncfl.compute.compose import make_executor
+    from asyncfl.compose import build_executor
     from asyncfl.compute.executors import InlineExecutor, ThreadExecutor
-    from asyncfl.compute.compose import local_train
+    from asyncfl.compose import local_train
     from asyncfl.compute.training import LocalJob
     from asyncfl.tasks import build_task
 
     scenario = sc.validate(make_raw(**{"run.executor": name, "run.workers": 2}))
     task = build_task(scenario.task, scenario.population.clients, scenario.seed)
-    executor = make_executor(task, scenario.client, scenario.run, scenario)
+    executor = build_executor(scenario, task)
     assert type(executor) is {"inline": InlineExecutor, "threads": ThreadExecutor}[name]
     job = LocalJob(1, task.initial_theta, task.initial_theta, 0.0, 11)
     try:
@@ -283,11 +295,12 @@ async def test_the_in_process_executors_train_a_job(name: str) -> None:
 
 
 def test_make_executor_refuses_an_unregistered_name() -> None:
-    from asyncfl.compute.compose import make_executor
+    from asyncfl.compose import build_executor
 
-    run = sc.RunConfig().model_copy(update={"executor": "mpi"})  # bypasses validation on purpose
+    scenario = sc.validate(make_raw())
+    run = scenario.run.model_copy(update={"executor": "mpi"})  # bypasses validation on purpose
     with pytest.raises(ScenarioError, match=r"run.executor = 'mpi': unknown executor \(a registered name.*\). Allowed: inline, threads, processes, ray"):
-        make_executor(None, sc.ClientConfig(local_steps=1), run)
+        build_executor(dataclasses.replace(scenario, run=run), None)
 
 
 @pytest.mark.parametrize("name", ACCOUNTANTS.names)
@@ -300,7 +313,7 @@ def test_every_accountant_bounds_epsilon_like_dp_accounting(name: str) -> None:
     from asyncfl.privacy.accountants import Releases
     from asyncfl.privacy.accounting import epsilon_of, epsilon_spent
 
-    epsilon = ACCOUNTANTS.load(name)
+    epsilon = ACCOUNTANTS.make(name)
     sigma, delta, q, steps = 1.2, 1e-5, 0.05, 20
     eps = epsilon(Releases(steps, q), sigma, delta)
     assert eps == epsilon_spent(sigma, delta, q, steps, name)
@@ -321,7 +334,7 @@ def test_every_sampling_assumption_names_its_claim_releases_and_cap(name: str) -
     from asyncfl.privacy.accountants import Releases
     from asyncfl.privacy.sampling import RunShape, SamplingAssumption
 
-    assumption = SAMPLINGS.load(name)
+    assumption = SAMPLINGS.make(name)
     assert isinstance(assumption, SamplingAssumption) and assumption.name == name
     assert assumption.claim in ("approximation", "guarantee")
     shape = RunShape("fedbuff", clients=100, buffer=10, noise_cohort=20, steps=50, max_participations=4, allotment=(2, 5))
@@ -354,7 +367,7 @@ def _is_simplex_projection(v: np.ndarray, x: np.ndarray, C: float) -> bool:
 def test_every_count_mode_post_processes_one_row(name: str) -> None:
     from asyncfl.privacy.mechanism import postprocess_counts
 
-    mode = COUNT_MODES.load(name)
+    mode = COUNT_MODES.make(name)
     c_hat = C_HAT.copy()
     out = mode(c_hat, 4)
     np.testing.assert_array_equal(c_hat, C_HAT)  # the input is not modified
@@ -379,7 +392,7 @@ def test_every_count_mode_post_processes_one_row(name: str) -> None:
 
 
 def test_project_spreads_an_empty_row_uniformly() -> None:
-    out = COUNT_MODES.load("project")(np.array([-1.0, -0.5, -2.0, -0.1]), 6)
+    out = COUNT_MODES.make("project")(np.array([-1.0, -0.5, -2.0, -0.1]), 6)
     np.testing.assert_array_equal(out, [1.5, 1.5, 1.5, 1.5])
 
 
@@ -525,7 +538,7 @@ def test_simplex_counts_are_accepted_and_a_private_run_uses_them(monkeypatch: py
     from asyncfl.privacy import aggregator as private_aggregator
     from asyncfl.privacy.mechanism import project_simplex
     from asyncfl.server.aggregation import weight_row
-    from asyncfl.sim.engine import run_blocking
+    from asyncfl.compose import run_blocking
 
     raw = make_raw(**{"run.steps": 6, "run.eval_every": 6})
     raw["privacy"] = {"enabled": True, "clip": 1.0, "noise_multiplier": 0.5, "xi": 1.0, "counts": "simplex"}

@@ -38,9 +38,9 @@ from asyncfl.run.parallel import RunJob, run_job
 from asyncfl.cli.main import main
 from asyncfl.sim.clock import timeout_at
 from asyncfl.records import UPDATE_FIELDS
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 from asyncfl.errors import NumericalFault, RunInterrupted
-from asyncfl.compute.compose import solver_of
+from asyncfl.compose import solver_of
 from asyncfl.compute.executors import InlineExecutor
 from asyncfl.records import METRIC_FIELDS
 from asyncfl.run.rundir import read_csv
@@ -232,7 +232,7 @@ def test_each_version_of_theta_is_stored_once(tmp_path):
     out = tmp_path / "run"
     assert _run(scenario, out, stop_at=14)
     ck = checkpoint.read(out / "checkpoint.pt")
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     sim.restore(ck.state)
     recs = [*sim.in_flight.values(), *sim.protocol.referred()]
     versions = {r.version for r in recs}
@@ -637,7 +637,7 @@ def test_injected_faults_are_rejected_counted_and_never_reach_the_model(tmp_path
     def faulty() -> dict[str, Any]:
         return {"task": task, "executor": FaultyExecutor(task, scenario.client, every=1)}
 
-    sim = Simulation(scenario, **faulty())
+    sim = build_simulation(scenario, **faulty())
     applied: list[torch.Tensor] = []
     inner = sim.algorithm.server_update
 
@@ -659,8 +659,8 @@ def test_injected_faults_are_rejected_counted_and_never_reach_the_model(tmp_path
     assert disk["updates_accepted"] == len(applied) == 20 * 3
     # the same faults, stopped mid-buffer and resumed, give the same run
     out = tmp_path / "stopped"
-    assert _run(scenario, out, stop_at=30, simulation=Simulation(scenario, **faulty()))
-    assert not _resume(out, simulation_kwargs=faulty())
+    assert _run(scenario, out, stop_at=30, simulation=build_simulation(scenario, **faulty()))
+    assert not _resume(out, overrides=faulty())
     assert_same_run(tmp_path / "run", out)
 
 
@@ -682,7 +682,7 @@ def test_divergence_stops_with_the_step_after_a_final_checkpoint(tmp_path, capsy
 
 def test_numerical_fault_from_the_engine_names_the_step():
     scenario = make_scenario({"server.lr": 1e4, "server.rule": "sgd", "run.divergence_loss": 1e6, "run.eval_every": 1})
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     with pytest.raises(NumericalFault, match=r"diverged at server step \d+"):
         asyncio.run(sim.run())
 
@@ -700,8 +700,9 @@ def test_a_run_whose_every_update_is_rejected_stops_instead_of_spinning(tmp_path
 
 
 def test_a_stalled_simulation_is_a_clear_error_not_a_traceback(tmp_path):
-    from asyncfl.clients.build import latency_sampler
     from asyncfl.clients.fleet import Fleet
+    from asyncfl.compose import compose
+    from asyncfl.sim.engine import Simulation
     from asyncfl.errors import AsyncFLError, SimulationStalled
 
     class NobodyOnline(Fleet):
@@ -709,7 +710,9 @@ def test_a_stalled_simulation_is_a_clear_error_not_a_traceback(tmp_path):
             return False
 
     scenario = make_scenario()
-    sim = Simulation(scenario, fleet_factory=lambda sc, streams: NobodyOnline(sc, streams, draw=latency_sampler(sc)))
+    parts = compose(scenario)
+    parts.fleet = NobodyOnline(scenario.population, parts.streams, draw=parts.fleet._draw)  # a part replaced by hand
+    sim = Simulation(parts)
     with pytest.raises(SimulationStalled, match="stalled at virtual time 0") as info:
         asyncio.run(run_to_dir(scenario, tmp_path / "run", simulation=sim))
     assert isinstance(info.value, AsyncFLError)  # the CLI reports it with exit code 2

@@ -20,7 +20,7 @@ import scipy.linalg
 
 import asyncfl
 from asyncfl.cli.main import main
-from asyncfl.clients.build import replay_scenario
+from asyncfl.config.scenario import replay_scenario
 from asyncfl.errors import RunDirError
 from asyncfl.results import METRIC_DTYPES, UPDATE_DTYPES
 from asyncfl.run.runner import run_to_dir_blocking

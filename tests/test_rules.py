@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from asyncfl.server.aggregation import Aggregate
-from asyncfl.server.compose import make_rule
+from asyncfl.compose import build_rule as make_rule
 from asyncfl.server.rules import Adam, Momentum, Nesterov, SGD, apply
 
 from conftest import make_scenario

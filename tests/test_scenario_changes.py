@@ -11,6 +11,7 @@ import pytest
 
 from asyncfl.cli.main import main
 from asyncfl.config import scenario as sc
+from asyncfl.config.latency import LogNormalLatency
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = str(REPO / "scenarios" / "quickstart.toml")
@@ -58,7 +59,7 @@ def test_switching_the_task_keeps_the_shared_keys(capsys):
 def test_unset_restores_the_default(capsys):
     code, resolved, err = _validate(capsys, "--unset", "latency.sigma", "--unset", "server.max_staleness")
     assert code == 0, err
-    assert resolved["latency"]["sigma"] == sc.LogNormalLatency().sigma == 1.0
+    assert resolved["latency"]["sigma"] == LogNormalLatency().sigma == 1.0
     assert "max_staleness" not in resolved["server"]  # default None is not written
 
 

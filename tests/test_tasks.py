@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_digits
 
 from asyncfl.errors import ScenarioError
-from asyncfl.config.scenario import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask
+from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask
 from asyncfl.config.registries import TASKS
 from asyncfl.tasks import ClientData, QuadraticForm, Task, build_task
 from asyncfl.tasks.common import dirichlet_split, label_entropy, task_streams

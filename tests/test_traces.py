@@ -17,12 +17,10 @@ from asyncfl import rng as rngmod
 from asyncfl.config import scenario as sc
 from asyncfl.clients.availability import Schedule
 from asyncfl.cli.main import main as cli_main
-from asyncfl.sim.engine import Simulation, run_blocking
+from asyncfl.compose import build_simulation, run_blocking
 from asyncfl.errors import AsyncFLError, ScenarioError, TraceError
 from asyncfl.cli.scenario_library import describe, library
-from asyncfl.clients.build import latency_sampler
-from asyncfl.clients.fleet import Fleet
-from asyncfl.clients.build import replay_scenario
+from asyncfl.config.scenario import replay_scenario
 from asyncfl.run.rundir import read_csv
 from asyncfl.run.runner import run_to_dir_blocking
 
@@ -153,7 +151,7 @@ def test_fedscale_latency_formula():
         "task": {"name": "synthetic", "model": "logreg"},
         "client": {"solver": "sgd", "lr": 0.01, "local_steps": 3, "batch_size": 7},
     })
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     raw = pickle.loads((DATA / "fedscale_sample_devices.pkl").read_bytes())
     ids = sorted(raw)
     dim = 60 * 10 + 10  # logistic regression on 60 features, 10 classes
@@ -252,20 +250,15 @@ def test_no_dispatch_to_an_offline_client_and_drops_are_counted(tmp_path, overri
     assert summary["status"] == "completed"
 
 
-def _blackout_fleet(start: float, end: float):
-    """Everyone online except during [start, end)."""
-
-    def factory(scenario, streams):
-        n = scenario.population.clients
-        schedule = Schedule([np.array([0.0, end])] * n, [np.array([start, 1e12])] * n, None)
-        return Fleet(scenario, streams, draw=latency_sampler(scenario), availability=schedule)
-
-    return factory
+def _blackout(scenario, start: float, end: float) -> Schedule:
+    """Everyone online except during [start, end) (an availability override of compose)."""
+    n = scenario.population.clients
+    return Schedule([np.array([0.0, end])] * n, [np.array([start, 1e12])] * n, None)
 
 
 def test_dispatch_waits_for_clients_to_come_back_and_restores_k():
     scenario = make_scenario({"run.steps": 40, "server.max_staleness": None})
-    sim = Simulation(scenario, fleet_factory=_blackout_fleet(3.0, 7.0))
+    sim = build_simulation(scenario, availability=_blackout(scenario, 3.0, 7.0))
     import asyncio
 
     asyncio.run(sim.run())
@@ -282,7 +275,7 @@ def test_dispatch_waits_for_clients_to_come_back_and_restores_k():
 
 def test_sync_round_waits_for_clients_and_survives_a_cohort_going_offline():
     scenario = make_scenario({"run.steps": 15, **SYNC})
-    sim = run_blocking(scenario, fleet_factory=_blackout_fleet(2.0, 5.0))
+    sim = run_blocking(scenario, availability=_blackout(scenario, 2.0, 5.0))
     rows = sim.sink.updates
     assert not any(2.0 <= r.dispatch_time < 5.0 for r in rows)
     assert sim.counters.dropped_offline > 0 and sim.steps_done == 15
@@ -291,13 +284,10 @@ def test_sync_round_waits_for_clients_and_survives_a_cohort_going_offline():
 
 def test_an_availability_schedule_that_ends_stops_with_a_clear_error():
     scenario = make_scenario({"run.steps": 40})
-
-    def factory(scenario, streams):
-        n = scenario.population.clients
-        return Fleet(scenario, streams, draw=latency_sampler(scenario), availability=Schedule([np.array([0.0])] * n, [np.array([2.0])] * n, None))
-
+    n = scenario.population.clients
+    ending = Schedule([np.array([0.0])] * n, [np.array([2.0])] * n, None)
     with pytest.raises(TraceError, match="no client comes online after"):
-        run_blocking(scenario, fleet_factory=factory)
+        run_blocking(scenario, availability=ending)
 
 
 def test_availability_keys_are_checked():
@@ -357,7 +347,7 @@ def test_high_concurrency_is_k_equal_20c_and_trace_replay_matches_its_recording(
 def test_pareto_and_bimodal_speeds():
     scenario = make_scenario({"latency": {"dist": "pareto", "scale": 0.5, "shape": 1.5},
                               "population.speed_sigma": 0.0, "population.slow_fraction": 0.2, "population.slow_factor": 10.0})
-    sim = Simulation(scenario)
+    sim = build_simulation(scenario)
     assert sorted(np.unique(sim.fleet.speeds).tolist()) == [1.0, 10.0]
     assert int((sim.fleet.speeds == 10.0).sum()) == round(0.2 * scenario.population.clients)
     k = int(np.flatnonzero(sim.fleet.speeds == 1.0)[0])

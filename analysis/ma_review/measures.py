@@ -31,7 +31,7 @@ import numpy as np
 
 from asyncfl.errors import RunDirError
 from asyncfl.results import Run
-from asyncfl.run.bias_report import analysis_of, load_run
+from asyncfl.run.bias_report import analysis_of, read_run_counts
 from asyncfl.server.ma import TargetKind, light_matrix_from_uv, target_matrix
 from asyncfl.studies.crossing import crossing
 
@@ -71,7 +71,7 @@ def own_coefficients(run_dir: Path, method: str) -> np.ndarray | None:
     """The run's own ``A`` (module docstring); None for a rule without one (FADAS, the
     delay-adaptive step) or a damaged run."""
     try:
-        scenario, counts, arrays = load_run(run_dir)
+        scenario, counts, arrays = read_run_counts(run_dir)
     except (OSError, RunDirError):
         return None
     T = counts.steps

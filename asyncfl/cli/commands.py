@@ -4,7 +4,7 @@ command registry; docs/architecture.md, "Package layout").
 The parser is built from this module alone, so ``asyncfl --help``, argument errors,
 ``asyncfl validate`` and ``asyncfl scenarios`` import neither torch, ray nor matplotlib. Each
 command's implementation is a function ``cmd(args) -> exit code`` in its own module, named in
-:data:`COMMANDS` as ``"module:attribute"`` and imported by :meth:`Registry.load` only when that
+:data:`COMMANDS` as ``"module:attribute"`` and imported by :meth:`~asyncfl.cli.table.CommandTable.load` only when that
 command runs. A new command is one entry in :data:`COMMANDS` and one function in
 :data:`ARGUMENTS`.
 """
@@ -18,10 +18,10 @@ from asyncfl.figures.style import FORMATS
 
 #: the metrics ``asyncfl compare --metric`` can overlay (columns of metrics.csv)
 METRICS = ("accuracy", "loss", "gap", "train_loss", "staleness_mean", "staleness_max")
-from asyncfl.registry import Registry
+from asyncfl.cli.table import CommandTable
 
 #: subcommand name → (implementation, one-line help); the order is that of ``asyncfl --help``
-COMMANDS: Registry[Callable[[argparse.Namespace], int]] = Registry("command", "COMMAND", {
+COMMANDS: CommandTable[Callable[[argparse.Namespace], int]] = CommandTable("command", "COMMAND", {
     "run": ("asyncfl.cli.run_cmd:cmd_run", "run a scenario and write its run directory"),
     "resume": ("asyncfl.cli.run_cmd:cmd_resume", "continue an interrupted or killed run from its last checkpoint"),
     "validate": ("asyncfl.cli.validate:cmd_validate", "check a scenario and print it with every default resolved"),

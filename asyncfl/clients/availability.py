@@ -207,11 +207,13 @@ def diurnal(clients: int, period: float, online_fraction: float, rng: np.random.
 
 
 # -- the availability components' builders (asyncfl.components.builtin) ---------------------------
-def always(cfg: None, clients: int, rng: np.random.Generator, seconds_per_unit: float) -> None:
+# each build(cfg, ctx: FleetContext) -> Schedule | None
+def always(cfg: None, ctx: Any) -> None:
     """Every client always online: no schedule."""
     return None
 
 
-def build_diurnal(cfg: Any, clients: int, rng: np.random.Generator, seconds_per_unit: float) -> Diurnal:
-    """:func:`diurnal` with the config's ``period`` and ``online_fraction``."""
-    return diurnal(clients, cfg.period, cfg.online_fraction, rng)
+def build_diurnal(cfg: Any, ctx: Any) -> Diurnal:
+    """:func:`diurnal` with the config's ``period`` and ``online_fraction``, for ``ctx.clients``
+    clients, from the ``availability`` stream."""
+    return diurnal(ctx.clients, cfg.period, cfg.online_fraction, ctx.stream("availability"))

@@ -242,17 +242,21 @@ def job_latencies_ms(devices: DeviceProfiles, samples: np.ndarray, bits: int) ->
     return samples * devices.computation[idx] + bits / devices.communication[idx]
 
 
-def task_latencies(scenario: Any, task: Any) -> np.ndarray:
-    """Virtual-time latency of every client's job: :func:`job_latencies_ms` / ``time_unit_ms``."""
-    cfg = scenario.latency
+def task_latencies(cfg: Any, ctx: Any) -> np.ndarray:
+    """Virtual-time latency of every client's job: :func:`job_latencies_ms` / ``time_unit_ms``
+    (the latency component ``fedscale``, mode ``profiles``: ``build(cfg, ctx: FleetContext)``,
+    from ``ctx.task``, ``ctx.client`` and ``ctx.local_work``)."""
+    task = ctx.task
+    if task is None:
+        raise ValueError(f"latency.dist = {cfg.dist!r} needs the task (sample counts and model size)")
     devices = load_devices(cfg.file)
-    local_work = scenario.component("solver").traits.local_work
-    samples = np.array([samples_per_job(len(task.clients[k]), scenario.client, local_work)
-                        for k in range(scenario.population.clients)], dtype=np.float64)
+    samples = np.array([samples_per_job(len(task.clients[k]), ctx.client, ctx.local_work)
+                        for k in range(ctx.clients)], dtype=np.float64)
     itemsize = task.initial_theta.element_size()
     return job_latencies_ms(devices, samples, model_bits(task.dim, itemsize)) / cfg.time_unit_ms
 
 
-def build_availability(cfg: Any, clients: int, rng: Any, seconds_per_unit: float) -> Schedule:
-    """The availability component ``trace``: the pickle ``cfg.availability_file`` as a schedule."""
-    return load_availability(cfg.availability_file).schedule(clients, seconds_per_unit)
+def build_availability(cfg: Any, ctx: Any) -> Schedule:
+    """The availability component ``trace``: the pickle ``cfg.availability_file`` as a schedule
+    (``build(cfg, ctx: FleetContext)``: ``ctx.clients``, ``ctx.seconds_per_unit``)."""
+    return load_availability(cfg.availability_file).schedule(ctx.clients, ctx.seconds_per_unit)

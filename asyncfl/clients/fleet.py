@@ -18,7 +18,7 @@ goes offline before its upload arrives drops it. The fleet answers the engine's 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -26,12 +26,10 @@ from asyncfl.clients.availability import Schedule
 from asyncfl.clients.latency import LatencySampler
 from asyncfl.clients.participation import Participation
 from asyncfl.clients.profiles import ClientProfile, ClientProfiles
-
-if TYPE_CHECKING:
-    from asyncfl.config import scenario as sc
+from asyncfl.config.sections import PopulationConfig
 
 
-def draw_speeds(pop: sc.PopulationConfig, rng: np.random.Generator) -> np.ndarray:
+def draw_speeds(pop: PopulationConfig, rng: np.random.Generator) -> np.ndarray:
     """``speed_k = exp(σ z_k)`` (``σ = speed_sigma``), times ``slow_factor`` for the
     ``round(slow_fraction × N)`` clients of a uniform random permutation's head. Eight bytes a
     client (docs/architecture.md §10): the same float64 operations as ``exp(σ · z)``, done in place."""
@@ -60,7 +58,7 @@ class Fleet:
     ``busy[k]`` is True while client ``k`` trains. Selection is uniform over idle, online
     clients and consumes the ``selection`` stream only. A job's latency is ``speed_k ×
     draw(rng)`` with ``draw`` the scenario's latency model bound to its config
-    (``asyncfl.clients.build.latency_sampler``), or the client's fixed ``job_latency[k]``
+    (the latency component's product, mode ``draw``), or the client's fixed ``job_latency[k]``
     (FedScale); give one of them. ``availability`` None = always online.
 
     ``participation`` (private runs; set by the simulation) further restricts selection to the
@@ -72,7 +70,7 @@ class Fleet:
 
     def __init__(
         self,
-        scenario: sc.Scenario,
+        population: PopulationConfig,
         streams: dict[str, np.random.Generator],
         *,
         draw: LatencySampler | None = None,
@@ -85,7 +83,7 @@ class Fleet:
         if sum(x is not None for x in (draw, job_latency, client_draw)) != 1:
             raise ValueError("Fleet needs exactly one of draw (a latency model), job_latency (fixed latencies) "
                              "and client_draw (a model that sees its client)")
-        pop = scenario.population
+        pop = population
         self.size = pop.clients
         # the speeds drawn once from the speed stream (given: already drawn for the clients' profiles)
         self.speeds = profiles.speeds if profiles is not None else speeds if speeds is not None else draw_speeds(pop, streams["speed"])

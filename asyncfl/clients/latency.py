@@ -4,7 +4,8 @@
 Each drawn model is a pure function ``draw(cfg, rng) -> float`` of its config
 (:mod:`asyncfl.config.latency`) and the ``latency`` random stream; the fleet multiplies the draw
 by the client's speed. Each is a latency component of mode ``draw``
-(:mod:`asyncfl.components.builtin`); :func:`sampler` binds one to its config.
+(:mod:`asyncfl.components.builtin`), built by ``build_<name>(cfg, ctx)``, which binds it to its
+config (:func:`sampler`).
 
 ``trace`` and ``fedscale`` are latency components too, of other modes: a recorded trace is
 replayed by :class:`asyncfl.clients.replay.ReplayFleet` (mode ``replay``), and FedScale device
@@ -62,3 +63,20 @@ def sampler(draw: Callable[[Any, np.random.Generator], float], c: Any) -> Latenc
     """``draw`` bound to its config ``c``: ``rng -> draw(c, rng)`` (the same numpy calls, in the
     same order, as ``draw`` itself)."""
     return functools.partial(draw, c)
+
+
+def drawn(draw: Callable[[Any, np.random.Generator], float]) -> Callable[[Any, Any], LatencySampler]:
+    """The builder of a drawn model: ``build(cfg, ctx) -> sampler(draw, cfg)``."""
+    def build(cfg: Any, ctx: Any) -> LatencySampler:
+        return sampler(draw, cfg)
+    build.__qualname__ = f"drawn({draw.__name__})"
+    return build
+
+
+# the drawn latency components' builders (asyncfl.components.builtin): build(cfg, ctx) -> LatencySampler
+build_constant = drawn(constant)
+build_exponential = drawn(exponential)
+build_halfnormal = drawn(halfnormal)
+build_lognormal = drawn(lognormal)
+build_uniform = drawn(uniform)
+build_pareto = drawn(pareto)

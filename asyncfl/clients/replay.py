@@ -40,17 +40,15 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.files import open_limited, resolve_path
 from asyncfl.config.latency import TraceLatency
 from asyncfl.errors import ParticipationCapReached, TraceError
 from asyncfl.clients.fleet import Fleet
-
-if TYPE_CHECKING:
-    from asyncfl.config.scenario import Scenario
 
 REQUIRED_COLUMNS = ("client", "version", "step", "dispatch_time", "arrival_time", "staleness", "accepted", "reason")
 #: the largest trace read (about 10⁷ recorded dispatches)
@@ -179,16 +177,19 @@ class ReplayFleet(Fleet):
     dispatches they hand out; :meth:`schedule` (called by the dispatch right after) consumes them.
     """
 
-    def __init__(self, scenario: Scenario, streams: dict[str, np.random.Generator], trace: Trace | None = None) -> None:
-        assert isinstance(scenario.latency, TraceLatency)
-        self.trace = trace if trace is not None else load_trace(scenario.latency.file)
-        n, where = scenario.population.clients, f"trace {self.trace.path}"
+    def __init__(self, cfg: TraceLatency, ctx: BuildContext, trace: Trace | None = None) -> None:
+        """The latency component ``trace`` (mode ``replay``): ``build(cfg, ctx)`` with the
+        ``[latency]`` section (its ``file``) and the context's clients, steps, buffer and
+        whether uploads may be stale."""
+        assert isinstance(cfg, TraceLatency)
+        self.trace = trace if trace is not None else load_trace(cfg.file)
+        n, where = ctx.clients, f"trace {self.trace.path}"
         if self.trace.max_client >= n:
             raise TraceError(f"{where}: names client {self.trace.max_client}, but population.clients = {n}")
         # FedBuff steps consume exactly C uploads; a sync round at least one (fewer than C
         # when fewer clients were online)
-        per_step = scenario.server.buffer if scenario.component("protocol").traits.stale else 1
-        need = scenario.run.steps * per_step
+        per_step = ctx.buffer if ctx.stale else 1
+        need = ctx.steps * per_step
         if self.trace.uploads < need:
             what = "run.steps × server.buffer" if per_step > 1 else "run.steps"
             raise TraceError(

@@ -115,7 +115,7 @@ def _task(name: str, module: str, summary: str, config: type, **traits: Any) -> 
 
 
 def _draw(name: str, summary: str, config: type) -> Component:
-    return Component("latency", name, f"asyncfl.clients.latency:{name}", config, summary=summary)
+    return Component("latency", name, f"asyncfl.clients.latency:build_{name}", config, summary=summary)
 
 
 _SPLITTING = dict(protocols=("sync",), uses_rule=False, mu="positive", private=False)
@@ -237,14 +237,14 @@ COMPONENTS: tuple[Component, ...] = (
               summary="CA2FL: the aggregate calibrated with every client's cached update"),
 
     # -- local solvers (docs/tasks.md §8) ---------------------------------------------------------
-    Component("solver", "sgd", "asyncfl.compute.solvers:SGD_SOLVER", SGDSolverConfig, SolverTraits(batched=True),
+    Component("solver", "sgd", "asyncfl.compute.solvers:build_sgd", SGDSolverConfig, SolverTraits(batched=True),
               summary="mini-batch SGD with optional momentum and weight decay"),
-    Component("solver", "adam", "asyncfl.compute.solvers:ADAM_SOLVER", AdamSolverConfig, SolverTraits(batched=False),
+    Component("solver", "adam", "asyncfl.compute.solvers:build_adam", AdamSolverConfig, SolverTraits(batched=False),
               summary="mini-batch Adam (as torch.optim.Adam)"),
-    Component("solver", "exact", "asyncfl.compute.solvers:EXACT_SOLVER", None,
+    Component("solver", "exact", "asyncfl.compute.solvers:build_exact", None,
               SolverTraits(needs_closed_form=True, local_work=False, batched=True),
               summary="the closed-form prox_{f_k,μ}(centre) (quadratic tasks)"),
-    Component("solver", "linearised", "asyncfl.compute.solvers:LINEARISED_SOLVER", LinearisedSolverConfig,
+    Component("solver", "linearised", "asyncfl.compute.solvers:build_linearised", LinearisedSolverConfig,
               SolverTraits(batched=False), summary="closed-form steps on the linearised local problem, plain or "
               "variance-reduced gradients"),
 
@@ -266,22 +266,22 @@ COMPONENTS: tuple[Component, ...] = (
               summary="Ray remote tasks (optional dependency)"),
 
     # -- privacy (docs/privacy.md) --------------------------------------------------------------------
-    Component("sampling", "poisson", "asyncfl.privacy.sampling:POISSON", None, SamplingTraits(check=checks.check_poisson),
+    Component("sampling", "poisson", "asyncfl.privacy.sampling:build_poisson", None, SamplingTraits(check=checks.check_poisson),
               summary="Poisson subsampling at q = M/N per step, T steps (an approximation: FedBuff does not Poisson-sample)"),
-    Component("sampling", "participation-cap", "asyncfl.privacy.sampling:PARTICIPATION_CAP", ParticipationCapConfig,
+    Component("sampling", "participation-cap", "asyncfl.privacy.sampling:build_participation_cap", ParticipationCapConfig,
               SamplingTraits(check=checks.check_participation_cap, schema=checks.participation_schema),
               summary="at most max_participations steps per client, min_separation apart, composed without "
                       "amplification (a guarantee)"),
-    Component("sampling", "random-allocation", "asyncfl.privacy.sampling:RANDOM_ALLOCATION", RandomAllocationConfig,
+    Component("sampling", "random-allocation", "asyncfl.privacy.sampling:build_random_allocation", RandomAllocationConfig,
               SamplingTraits(check=checks.check_random_allocation, allotment=checks.allotment_of),
               summary="each client allotted allotted_steps of every allotment_window steps, drawn from the seed; "
                       "amplified by random allocation (a guarantee if the allotment stays secret)"),
-    Component("accountant", "pld", "asyncfl.privacy.accountants:pld_epsilon", summary="privacy loss distributions (tight)"),
-    Component("accountant", "rdp", "asyncfl.privacy.accountants:rdp_epsilon", summary="Rényi DP (looser, cheap)"),
-    Component("counts", "raw", "asyncfl.privacy.counts:counts_raw", summary="unchanged noisy counts"),
-    Component("counts", "clamp", "asyncfl.privacy.counts:counts_clamp", summary="max(ĉ, 0)"),
-    Component("counts", "project", "asyncfl.privacy.counts:counts_project", summary="clamp, then rescale to sum C"),
-    Component("counts", "simplex", "asyncfl.privacy.counts:project_simplex", summary="Euclidean projection onto {c ≥ 0, Σc = C}"),
+    Component("accountant", "pld", "asyncfl.privacy.accountants:build_pld", summary="privacy loss distributions (tight)"),
+    Component("accountant", "rdp", "asyncfl.privacy.accountants:build_rdp", summary="Rényi DP (looser, cheap)"),
+    Component("counts", "raw", "asyncfl.privacy.counts:build_raw", summary="unchanged noisy counts"),
+    Component("counts", "clamp", "asyncfl.privacy.counts:build_clamp", summary="max(ĉ, 0)"),
+    Component("counts", "project", "asyncfl.privacy.counts:build_project", summary="clamp, then rescale to sum C"),
+    Component("counts", "simplex", "asyncfl.privacy.counts:build_simplex", summary="Euclidean projection onto {c ≥ 0, Σc = C}"),
     Component("noise", "iid", "asyncfl.privacy.factorization:build_iid", None, NoiseTraits(correlated=False),
               state=("asyncfl.privacy.factorization:NoiseState",), summary="independent Gaussian noise on every step"),
     Component("noise", "banded", "asyncfl.privacy.factorization:build_banded", BandedNoiseConfig,

@@ -32,6 +32,7 @@ from typing import Any
 
 import pydantic
 
+from asyncfl.components import contracts as ct
 from asyncfl.components import traits as tr
 from asyncfl.config.base import Section
 
@@ -42,7 +43,10 @@ class Kind:
     ``section.key`` names the component (``server.rule``), ``default`` when the key is absent.
     ``whole_section``: the component's config class is the whole section (a tagged section:
     ``[task]``, ``[latency]``); otherwise its keys join the section's own keys (the rule's
-    ``beta`` sits in ``[server]``). ``builds`` says what the builder receives and returns."""
+    ``beta`` sits in ``[server]``). Every builder has one shape, ``build(cfg, ctx) -> product``
+    (:mod:`asyncfl.components.contracts`): ``product`` is the public protocol of what it returns
+    and ``context`` names the context it is given (:class:`~asyncfl.components.contracts.BuildContext`
+    or the kind's extension of it)."""
 
     name: str
     label: str
@@ -51,40 +55,40 @@ class Kind:
     default: str
     traits: type[tr.Traits]
     whole_section: bool = False
-    builds: str = ""
+    product: type = object
+    context: str = "BuildContext"
 
     @property
     def field(self) -> str:
         return f"{self.section}.{self.key}"
 
+    @property
+    def builds(self) -> str:
+        """The contract, as docs and error messages write it."""
+        return f"build(cfg, ctx: {self.context}) -> {self.product.__name__}"
+
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("task", "task", "task", "name", "synthetic", tr.TaskTraits, True,
-         "build(cfg, num_clients, seed) -> Task"),
-    Kind("latency", "latency model", "latency", "dist", "exponential", tr.LatencyTraits, True,
-         "see LatencyTraits.mode"),
+    Kind("task", "task", "task", "name", "synthetic", tr.TaskTraits, True, ct.Task),
+    Kind("latency", "latency model", "latency", "dist", "exponential", tr.LatencyTraits, True, ct.LatencyModel,
+         "FleetContext"),
     Kind("availability", "availability model", "population", "availability", "always", tr.AvailabilityTraits, False,
-         "build(cfg, clients, stream, seconds_per_unit) -> Schedule | None"),
-    Kind("protocol", "protocol", "server", "protocol", "fedbuff", tr.ProtocolTraits, False,
-         "Protocol(host) (docs/protocol.md)"),
-    Kind("algorithm", "server algorithm", "server", "algorithm", "fedavg", tr.AlgorithmTraits, False,
-         "build(cfg, context) -> Algorithm"),
-    Kind("rule", "server rule", "server", "rule", "sgd", tr.RuleTraits, False,
-         "build(cfg) -> ServerRule"),
-    Kind("solver", "local solver", "client", "solver", "sgd", tr.SolverTraits, False,
-         "a LocalSolver (train(task, cfg, job) -> θ_local)"),
-    Kind("hook", "update hook", "client", "update_hook", "none", tr.PlainTraits, False,
-         "build(cfg) -> UpdateHook (apply(jobs, messages) -> messages)"),
-    Kind("executor", "executor", "run", "executor", "inline", tr.ExecutorTraits, False,
-         "build(task, client_cfg, solver, run_cfg, recipe) -> Executor"),
+         ct.AvailabilityModel, "FleetContext"),
+    Kind("protocol", "protocol", "server", "protocol", "fedbuff", tr.ProtocolTraits, False, ct.ServerProtocol),
+    Kind("algorithm", "server algorithm", "server", "algorithm", "fedavg", tr.AlgorithmTraits, False, ct.Algorithm,
+         "AlgorithmContext"),
+    Kind("rule", "server rule", "server", "rule", "sgd", tr.RuleTraits, False, ct.ServerRule),
+    Kind("solver", "local solver", "client", "solver", "sgd", tr.SolverTraits, False, ct.LocalSolver),
+    Kind("hook", "update hook", "client", "update_hook", "none", tr.PlainTraits, False, ct.UpdateHook),
+    Kind("executor", "executor", "run", "executor", "inline", tr.ExecutorTraits, False, ct.Executor,
+         "ExecutorContext"),
     Kind("sampling", "sampling assumption", "privacy", "sampling", "poisson", tr.SamplingTraits, False,
-         "a SamplingAssumption"),
-    Kind("accountant", "privacy accountant", "privacy", "accountant", "pld", tr.PlainTraits, False,
-         "epsilon(releases, sigma, delta) -> float"),
+         ct.SamplingAssumption),
+    Kind("accountant", "privacy accountant", "privacy", "accountant", "pld", tr.PlainTraits, False, ct.Accountant),
     Kind("counts", "count post-processing", "privacy", "counts", "project", tr.CountsTraits, False,
-         "postprocess(counts, C) -> ndarray (CountsTraits.exact: postprocess(counts, C, exact))"),
-    Kind("noise", "noise mechanism", "privacy", "noise", "iid", tr.NoiseTraits, False,
-         "build(cfg, NoiseContext) -> Strategy (docs/privacy.md §12)"),
+         ct.CountsPostprocessor),
+    Kind("noise", "noise mechanism", "privacy", "noise", "iid", tr.NoiseTraits, False, ct.NoiseMechanism,
+         "NoiseContext"),
 )}
 """Every kind of component, by name (docs/extending.md §2 lists what each builder gets)."""
 
@@ -117,7 +121,8 @@ class Component:
     """A plug-in, declared in one place (docs/extending.md §1).
 
     ``kind``: a key of :data:`KINDS`; ``name``: what a scenario writes; ``build``: the builder
-    (or ``"module:attribute"``, imported on first use; what it receives: ``KINDS[kind].builds``);
+    ``build(cfg, ctx)`` (or ``"module:attribute"``, imported on first use; its contract:
+    ``KINDS[kind].builds``), whose signature registration checks;
     ``config``: a :class:`asyncfl.config.base.Section` subclass holding the keys it owns (None: no
     keys); ``traits``: an instance of ``KINDS[kind].traits`` (default: all defaults);
     ``state``: the state types it checkpoints (NamedTuples, or ``"module:attribute"``);
@@ -164,8 +169,26 @@ class Component:
         return tuple(k for k in self.config.model_fields if k != self.kind_info.key)
 
     def builder(self) -> Any:
-        """The builder, imported on first use when given as ``"module:attribute"``."""
-        return _resolve(self.build) if isinstance(self.build, str) else self.build
+        """The builder, imported on first use when given as ``"module:attribute"`` (its signature
+        checked then; a callable's is checked at registration, :meth:`check_builder`)."""
+        if not isinstance(self.build, str):
+            return self.build
+        builder = _resolve(self.build)
+        self.check_builder(builder)
+        return builder
+
+    def make(self, cfg: Any, ctx: Any) -> Any:
+        """The product: ``build(cfg, ctx)``."""
+        return self.builder()(cfg, ctx)
+
+    def check_builder(self, builder: Any = None) -> None:
+        """Refuse a builder that cannot be called as ``build(cfg, ctx)``, naming the kind's
+        contract (pluggy's check of a hook implementation against its spec)."""
+        problem = ct.signature_problem(self.build if builder is None else builder)
+        if problem is not None:
+            info = self.kind_info
+            raise TypeError(f"{info.label} {self.name!r}: {problem}; a {info.label}'s builder is "
+                            f"{info.builds} (docs/extending.md §2)")
 
     def state_types(self) -> tuple[type, ...]:
         return tuple(_resolve(t) if isinstance(t, str) else t for t in self.state)

@@ -58,9 +58,13 @@ class Registry:
     def register(self, component: Component, *, origin: Origin | None = None, replace_existing: bool = False) -> Component:
         """Register ``component``; its origin is worked out from its builder's module unless
         given. A name already registered for that kind by another component is an error unless
-        ``replace_existing``."""
+        ``replace_existing``. A builder given as a callable must fit the kind's contract
+        ``build(cfg, ctx)`` (refused here, naming it); one given as ``"module:attribute"`` is
+        checked when first imported."""
         if not isinstance(component, Component):
             raise TypeError(f"register() takes Component objects, not {type(component).__name__}")
+        if not isinstance(component.build, str):
+            component.check_builder()
         if origin is None:
             origin = component.origin or origin_of_module(_declaring_module(component))
         component = replace(component, origin=origin)
@@ -317,7 +321,8 @@ def component(kind: str, name: Any) -> Component:
 # -- the view of one kind, for code that asks by kind ---------------------------------------------
 class KindTable(NameTable):
     """The components of one kind, asked like a table: ``name in RULES``, ``RULES.names``,
-    ``RULES.get(name)``, ``RULES.load(name)`` (the builder), ``RULES.config(name)``. A live view:
+    ``RULES.get(name)``, ``RULES.load(name)`` (the builder), ``RULES.make(name, cfg, ctx)`` (its
+    product), ``RULES.config(name)``. A live view:
     a component registered later is in it."""
 
     def __init__(self, kind: str) -> None:  # noqa: super().__init__ not called: no fixed entries
@@ -354,7 +359,13 @@ class KindTable(NameTable):
         return REGISTRY.unknown(self.kind, name)
 
     def load(self, name: Any) -> Any:
+        """The builder ``build(cfg, ctx)`` of ``name``."""
         return self.get(name).builder()
+
+    def make(self, name: Any, cfg: Any = None, ctx: Any = None) -> Any:
+        """The product of ``name``: its builder called with ``(cfg, ctx)`` (a kind whose
+        products need neither, such as an accountant, is made with None for both)."""
+        return self.get(name).make(cfg, ctx)
 
     def config(self, name: Any) -> type:
         cls = self.get(name).config

@@ -12,10 +12,10 @@ the estimate of a scenario (docs/architecture.md §8).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal
+import re
+from typing import Any, Callable, Literal, Mapping
 
-if TYPE_CHECKING:
-    from asyncfl.config.scenario import Scenario
+from asyncfl.config.sections import ScenarioView as Scenario  # the composed scenario is a floor above
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class MemoryShape:
         """Bytes of one model-sized vector."""
         return self.params * self.itemsize
 
+
+_REASON = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 NoMemory: Callable[[Any, MemoryShape], tuple[MemoryPart, ...]] = lambda cfg, shape: ()  # noqa: E731
 
@@ -100,16 +102,33 @@ class AvailabilityTraits(Traits):
     sees_clients: bool = False
 
 
+#: ``updates.csv`` reasons the engine itself gives (a protocol may not declare them)
+ENGINE_REASONS = ("offline", "late", "non-finite", "norm")
+
+
 @dataclass(frozen=True)
 class ProtocolTraits(Traits):
     """``in_flight_key``: the ``[server]`` key counting the clients a step waits on (FedBuff's
     ``concurrency`` K, sync's ``cohort``); ``stale``: uploads can be stale (the staleness records
     have ``max_staleness + 1`` columns), else every accepted upload has ``τ = 0``; ``resolve``:
-    the derived defaults of its keys (``buffer``, ``concurrency``, …) from the scenario."""
+    the derived defaults of its keys (``buffer``, ``concurrency``, …) from the scenario, a mapping
+    of ``[server]`` keys (checked: ``buffer`` and ``in_flight_key`` must end up positive
+    integers); ``drops``: the reasons it may drop an arrived upload for (``Host.drop``), each with
+    its own counter (``updates_dropped_<reason>`` in the summary) and ``updates.csv`` reason —
+    lower-case words joined by ``-``, none of the engine's own (:data:`ENGINE_REASONS`)."""
 
     in_flight_key: str = "concurrency"
     stale: bool = True
-    resolve: Callable[["Scenario"], dict[str, Any]] | None = None
+    resolve: Callable[["Scenario"], Mapping[str, Any]] | None = None
+    drops: tuple[str, ...] = ("stale",)
+
+    def __post_init__(self) -> None:
+        for reason in self.drops:
+            if not isinstance(reason, str) or not _REASON.fullmatch(reason) or reason in ENGINE_REASONS:
+                raise ValueError(f"ProtocolTraits.drops: {reason!r} is not a drop reason a protocol may declare "
+                                 f"(lower-case words joined by '-', none of {', '.join(ENGINE_REASONS)})")
+        if len(set(self.drops)) != len(self.drops):
+            raise ValueError(f"ProtocolTraits.drops: {self.drops!r} names a reason twice")
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol
 import numpy as np
 import torch
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.compute.lifetime import die_with_parent
 from asyncfl.compute.solvers import LocalSolver
 from asyncfl.compute.training import LocalJob
@@ -44,7 +45,7 @@ from asyncfl.errors import ScenarioError
 from asyncfl.tasks.base import Task
 
 if TYPE_CHECKING:
-    from asyncfl.config.scenario import ClientConfig, RunConfig
+    from asyncfl.config.sections import ClientConfig, RunConfig
 
 
 class Executor(Protocol):
@@ -252,14 +253,13 @@ class _VersionKeys:
 
 
 class TaskRecipe(NamedTuple):
-    """How a worker rebuilds the run's task instead of receiving its data: ``build(cfg,
-    num_clients, seed)`` with the task's registered builder (pickled by reference) and its
-    validated ``[task]`` section. Same arguments ⇒ the same task, bit for bit."""
+    """How a worker rebuilds the run's task instead of receiving its data: ``build(cfg, ctx)``
+    with the task's registered builder (pickled by reference), its validated ``[task]`` section
+    and its context (clients, seed). Same arguments ⇒ the same task, bit for bit."""
 
-    build: Callable[[Any, int, int], Task]
+    build: Callable[[Any, BuildContext], Task]
     cfg: Any
-    num_clients: int
-    seed: int
+    ctx: BuildContext
 
 
 def _build_source(source: TaskRecipe | bytes) -> Task:
@@ -267,7 +267,7 @@ def _build_source(source: TaskRecipe | bytes) -> Task:
     task passed to :class:`~asyncfl.sim.engine.Simulation` by hand)."""
     if isinstance(source, bytes):
         return pickle.loads(source)
-    return source.build(source.cfg, source.num_clients, source.seed)
+    return source.build(source.cfg, source.ctx)
 
 
 def _task_source(task: Task, recipe: TaskRecipe | None) -> TaskRecipe | bytes:
@@ -556,30 +556,44 @@ def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The executors a scenario can name: each ``build(task, client, solver, run, recipe) -> Executor``
-# is an executor component (asyncfl.components.builtin).
-def build_inline(task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+# The executors a scenario can name: each ``build(cfg, ctx: ExecutorContext) -> Executor`` is an
+# executor component (asyncfl.components.builtin).
+class ExecutorContext(NamedTuple):
+    """What an executor's builder is told (docs/architecture.md §4): the built task, the
+    ``[client]`` section its solver reads, the solver ``client.solver`` names, the ``[run]``
+    section (``run.workers``, ``run.batched``, …) and how a worker rebuilds the task (None: the
+    task was given by hand, workers receive its data)."""
+
+    task: Task
+    client: ClientConfig
+    solver: LocalSolver
+    run: RunConfig
+    recipe: TaskRecipe | None = None
+
+
+def build_inline(cfg: None, ctx: ExecutorContext) -> Executor:
     """``inline``: :class:`InlineExecutor`, or :class:`BatchedExecutor` with ``run.batched``."""
-    return BatchedExecutor(task, client, solver) if run.batched else InlineExecutor(task, client, solver)
+    task, client, solver = ctx.task, ctx.client, ctx.solver
+    return BatchedExecutor(task, client, solver) if ctx.run.batched else InlineExecutor(task, client, solver)
 
 
-def build_threads(task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+def build_threads(cfg: None, ctx: ExecutorContext) -> Executor:
     """``threads``: :class:`ThreadExecutor` with ``run.workers`` threads."""
-    return ThreadExecutor(task, client, solver, run.workers)
+    return ThreadExecutor(ctx.task, ctx.client, ctx.solver, ctx.run.workers)
 
 
-def build_processes(task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+def build_processes(cfg: None, ctx: ExecutorContext) -> Executor:
     """``processes``: :class:`ProcessExecutor` with ``run.workers`` processes."""
-    return ProcessExecutor(task, client, solver, run, recipe)
+    return ProcessExecutor(ctx.task, ctx.client, ctx.solver, ctx.run, ctx.recipe)
 
 
-def build_ray(task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig, recipe: TaskRecipe | None) -> Executor:
+def build_ray(cfg: None, ctx: ExecutorContext) -> Executor:
     """``ray``: :class:`RayExecutor`; a :class:`ScenarioError` when Ray is not installed."""
     try:
         import ray  # noqa: F401  (an optional dependency)
     except ImportError:
         raise ScenarioError([
-            f"run.executor = {run.executor!r}: Ray is not installed; install it with "
+            f"run.executor = {ctx.run.executor!r}: Ray is not installed; install it with "
             "`pip install asyncfl[ray]` (or choose inline, threads or processes)"
         ]) from None
-    return RayExecutor(task, client, solver, run, recipe)
+    return RayExecutor(ctx.task, ctx.client, ctx.solver, ctx.run, ctx.recipe)

@@ -79,13 +79,13 @@ class TopK(UpdateHook):
         return out.reshape(message.shape)
 
 
-def build_none(cfg: Any) -> UpdateHook:
+def build_none(cfg: Any, ctx: Any) -> UpdateHook:
     return NoHook()
 
 
-def build_clip(cfg: Any) -> UpdateHook:
+def build_clip(cfg: Any, ctx: Any) -> UpdateHook:
     return ClipNorm(cfg.update_clip)
 
 
-def build_topk(cfg: Any) -> UpdateHook:
+def build_topk(cfg: Any, ctx: Any) -> UpdateHook:
     return TopK(cfg.update_topk)

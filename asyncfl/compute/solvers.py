@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
+from asyncfl.components.contracts import returns
 from asyncfl.compute.linearised import linearised_train
 from asyncfl.compute.training import LocalJob, adam_train, sgd_train, sgd_train_batched
 from asyncfl.tasks.base import Task
@@ -76,3 +77,9 @@ class LinearisedSolver(LocalSolver):
 
 
 LINEARISED_SOLVER = LinearisedSolver()
+
+# the solver components' builders (asyncfl.components.builtin): build(cfg, ctx) -> LocalSolver
+build_sgd = returns(SGD_SOLVER)
+build_adam = returns(ADAM_SOLVER)
+build_exact = returns(EXACT_SOLVER)
+build_linearised = returns(LINEARISED_SOLVER)

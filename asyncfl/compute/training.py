@@ -10,7 +10,7 @@ A job minimises ``f_k(θ) + (μ/2)‖θ − centre‖²`` starting from ``start`
   own least-squares solution).
 
 Each solver is a component (:mod:`asyncfl.compute.solvers`); the executors run the one
-``client.solver`` names (:func:`asyncfl.compute.compose.local_train` runs one job with it).
+``client.solver`` names (:func:`asyncfl.compose.local_train` runs one job with it).
 
 All randomness comes from the job's own ``seed``, so a job's result does not depend on the
 executor that runs it (docs/architecture.md §2 principle 2).
@@ -28,7 +28,7 @@ from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import cross_entropy
 
 if TYPE_CHECKING:
-    from asyncfl.config.scenario import ClientConfig
+    from asyncfl.config.sections import ClientConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,14 +10,12 @@ traits by :func:`asyncfl.config.scenario.validate`. Torch-free.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asyncfl.config.files import _fmt as short
 from asyncfl.config.files import package_name_problem, resolve_path
 from asyncfl.config.privacy import WORKLOAD_NEEDS_BETA
-
-if TYPE_CHECKING:
-    from asyncfl.config.scenario import Scenario
+from asyncfl.config.sections import ScenarioView as Scenario  # the composed scenario is a floor above
 
 
 # -- protocols ------------------------------------------------------------------------------------

@@ -22,29 +22,22 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import tomli_w
 import pydantic
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
-from asyncfl.config.base import MAX_INT, NonNegFloat, NonNegInt, PosFloat, PosInt, Probability, Section
-from asyncfl.config.files import (
-    MAX_SCENARIO_BYTES, PACKAGE_PREFIX, _fmt, absolute_file, package_name_problem, read_text_limited,
-    resolve_path,
-)
-from asyncfl.config.latency import (
-    ConstantLatency, ExponentialLatency, FedScaleLatency, HalfNormalLatency, LatencyConfig,
-    LogNormalLatency, ParetoLatency, TraceLatency, UniformLatency,
-)
+from asyncfl.config.base import Section
+from asyncfl.config.files import MAX_SCENARIO_BYTES, _fmt, absolute_file, read_text_limited
+from asyncfl.config.latency import LatencyConfig
 from asyncfl.components import allow
 from asyncfl.components.core import KINDS, Component, Kind
 from asyncfl.components.registry import REGISTRY, UnknownComponent
-from asyncfl.config.registries import LATENCIES, TASKS
+from asyncfl.config.sections import ClientConfig, PopulationConfig, PrivacyConfig, RunConfig, ServerConfig
 from asyncfl.config.server import MAX_LINKS
-from asyncfl.config.stop import StopConfig
+from asyncfl.config.tasks import TaskConfig
 from asyncfl.config.trackers import problems as tracker_problems
-from asyncfl.config.tasks import DigitsTask, GaussianMLPTask, MNIST1DTask, QuadraticTask, SyntheticTask, TaskConfig
 from asyncfl.errors import ScenarioError
 
 __all__ = [
@@ -59,127 +52,6 @@ __all__ = [
     "validate", "load", "apply_changes", "apply_values", "composed", "SELECTORS", "parse_override", "assign", "describe_errors", "resolve_path", "PACKAGE_PREFIX", "file_keys",
     "MAX_LOCAL_STEPS", "MAX_UPLOADS", "name_problem", "unowned_key", "package_name_problem", "one_upload_per_client",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# [population]
-class PopulationConfig(Section):
-    """``clients`` (N); per-client speed multiplier ~ LogNormal(0, ``speed_sigma``), times
-    ``slow_factor`` for ``round(slow_fraction × N)`` uniformly chosen clients (a bimodal fleet);
-    ``availability`` names the availability model (a component: ``always``, ``diurnal``,
-    ``trace``, or a plug-in's), whose own keys join this section (docs/protocol.md §5)."""
-
-    clients: Annotated[int, Field(ge=1, le=10**8)] = 100
-    speed_sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
-    slow_fraction: Probability = 0.0
-    slow_factor: Annotated[float, Field(ge=1, le=1e6)] = 1.0
-    availability: str = "always"
-
-
-# ---------------------------------------------------------------------------------------------
-# [client]
-class ClientConfig(Section):
-    """Local training. ``solver`` names the local solver (a component: ``sgd``, ``adam``,
-    ``exact``, or a plug-in's), whose own keys join this section. Local work is ``local_steps``
-    gradient steps or ``epochs`` passes (one of them); ``batch_size`` absent = full batch; ``mu``
-    adds (μ/2)‖θ − centre‖² (FedProx etc.)."""
-
-    solver: str = "sgd"
-    update_hook: str = "none"  # what a client does to its upload (a component: docs/extending.md §7)
-    lr: PosFloat = 0.05
-    batch_size: Annotated[int, Field(ge=1, le=10**7)] | None = None
-    # bounded by what a job can finish (and, with run.steps, by MAX_LOCAL_STEPS in a run)
-    local_steps: Annotated[int, Field(ge=1, le=10**6)] | None = None
-    epochs: Annotated[int, Field(ge=1, le=10**4)] | None = None
-    mu: NonNegFloat = 0.0
-
-
-# ---------------------------------------------------------------------------------------------
-# [server]
-class ServerConfig(Section):
-    """The keys of every server (docs/protocol.md §7, docs/server-rules.md, docs/baselines.md).
-
-    ``protocol``, ``rule`` and ``algorithm`` name components; each one's own keys join this
-    section (FedBuff's ``concurrency``, sync's ``cohort``, the momentum rules' ``beta``, …:
-    :mod:`asyncfl.config.server`). ``buffer`` C (C = 1 is FedAsync; for sync, C ≤ cohort accepts
-    the first C arrivals); ``max_staleness`` absent = unbounded; ``lr`` is the server's η.
-    """
-
-    protocol: str = "fedbuff"
-    rule: str = "sgd"
-    algorithm: str = "fedavg"
-    lr: PosFloat = 1.0
-    buffer: Annotated[int, Field(ge=1, le=10**8)] | None = None
-    staleness_exponent: Annotated[float, Field(ge=0, le=100)] = 0.0
-    # the per-step staleness records have max_staleness + 1 columns (counted in the memory estimate)
-    max_staleness: Annotated[int, Field(ge=0, le=10**9)] | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# [run]
-class RunConfig(Section):
-    """Length, evaluation, placement of compute, checkpoints and numerical guards."""
-
-    steps: Annotated[int, Field(ge=1, le=10**9)] = 100
-    eval_every: Annotated[int, Field(ge=1, le=10**9)] = 10
-    # also evaluate the training objective over every client's data (one forward pass over the
-    # whole population's samples per evaluation); off: metrics.csv leaves train_loss empty
-    train_loss: bool = True
-    executor: str = "inline"  # a component (docs/architecture.md §4)
-    workers: Annotated[int, Field(ge=1, le=4096)] = 1
-    batched: bool = False  # train clients of one model version together (torch.func.vmap)
-    ray_address: str | None = None
-    # torch intra-op threads. Client models are small: one thread per job is fastest, and
-    # parallelism across clients comes from the executor. 0 = leave torch's default.
-    torch_threads: Annotated[int, Field(ge=0, le=4096)] = 1
-    checkpoint_every: Annotated[int, Field(ge=0, le=10**9)] = 0  # 0 = no periodic checkpoints
-    max_update_norm: PosFloat | None = None
-    # divergence guards (docs/architecture.md §8): an evaluated test loss that is NaN/Inf, above
-    # divergence_loss, or above divergence_factor × the loss of the initial model stops the run
-    divergence_loss: PosFloat = 1e8
-    divergence_factor: Annotated[float, Field(gt=1, le=1e12)] = 1e5
-    # also log the evaluations to RUN_DIR/tensorboard (optional package: asyncfl[tensorboard])
-    tensorboard: bool = False
-    # end the run before run.steps: a metric's target, an ε, virtual-time or wall-clock budget
-    stop: StopConfig | None = None
-    # experiment trackers to log to (docs/run-directory.md §15) and their own keys, by name
-    trackers: Annotated[list[Annotated[str, Field(min_length=1, max_length=300)]], Field(max_length=16)] | None = None
-    tracker: dict[str, dict[str, Any]] | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# [privacy]
-class PrivacyConfig(Section):
-    """Private aggregation (docs/privacy.md). Give ``epsilon`` (σ is calibrated) or
-    ``noise_multiplier`` (σ directly, ε is reported); give ``xi`` (> σ) or ``gamma``.
-    ``sampling``, ``accountant``, ``counts`` and ``noise`` name components, whose own keys join
-    this section (:mod:`asyncfl.config.privacy`).
-
-    ``sampling`` is what the reported ε rests on: ``"poisson"`` (default; every step accounted as
-    Poisson subsampling at ``q = M/N``: an approximation, FedBuff does not Poisson-sample, §5) or
-    ``"participation-cap"`` (the engine lets no client contribute to more than
-    ``max_participations`` = k server steps, nor to two steps fewer than ``min_separation`` = b
-    apart, and ε is that of k Gaussian releases without amplification: a guarantee for any
-    dispatch order, §6). ``noise`` is the mechanism's noise across steps: ``"iid"`` (default,
-    §1), or correlated by a ``"banded"`` or ``"blt"`` strategy (§12, with a participation cap).
-    ``noise_cohort`` = M ≥ C (default C) simulates the noise of a deployment whose buffer sums M
-    uploads: the noise is scaled by C/M and the accounting is the deployment's (§7).
-    ``client_budget`` = ε_max: a client whose next participation would take its realised ε (§11)
-    above it is not dispatched again (a privacy filter, §14)."""
-
-    enabled: bool = False
-    clip: PosFloat = 1.0
-    epsilon: PosFloat | None = None
-    delta: Annotated[float, Field(gt=0, lt=1)] = 1e-6
-    noise_multiplier: PosFloat | None = None
-    xi: PosFloat | None = None
-    gamma: PosFloat | None = None
-    sampling: str = "poisson"
-    noise_cohort: PosInt | None = None  # M ≥ server.buffer; None: M = C
-    accountant: str = "pld"
-    counts: str = "project"
-    noise: str = "iid"
-    client_budget: PosFloat | None = None  # ε_max per client: a privacy filter (docs/privacy.md §14)
 
 
 SECTIONS: dict[str, type[Section]] = {
@@ -541,9 +413,7 @@ def _work_problems(sc: Scenario, per_step: int) -> list[str]:
 def _resolved(sc: Scenario) -> Scenario:
     """``sc`` with the protocol's derived defaults (``buffer``, ``concurrency``/``cohort``) filled
     in and trace paths made absolute."""
-    resolve = sc.component("protocol").traits.resolve
-    server = sc.server.model_copy(update=resolve(sc)) if resolve is not None else sc.server
-    sc = dataclasses.replace(sc, server=server)
+    sc = dataclasses.replace(sc, server=_resolved_server(sc))
     absolute = {}
     for section in ORDER:
         table = getattr(sc, section)
@@ -553,20 +423,32 @@ def _resolved(sc: Scenario) -> Scenario:
     return dataclasses.replace(sc, **absolute)
 
 
-def _derived_problems(sc: Scenario, protocol: Component) -> list[str]:
-    """The keys the engine reads of every protocol, once its ``resolve`` (if any) has run:
-    ``server.buffer`` and the in-flight key it declares (``ProtocolTraits.in_flight_key``)."""
-    errors = []
-    if sc.server.buffer is None:
-        errors.append(f"server.buffer: server.protocol = {protocol.name!r} derives no default for it (its traits have "
-                      "no resolve); give server.buffer")
-    key = protocol.traits.in_flight_key
-    value = getattr(sc.server, key, None)
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors.append(f"server.{key}: server.protocol = {protocol.name!r} counts the clients a step waits on by this key "
-                      f"(ProtocolTraits.in_flight_key), but it has no integer value ({_fmt(value)}); give it, or declare "
-                      "it in the protocol's config with a default, or derive it in the protocol's resolve")
-    return errors
+def _resolved_server(sc: Scenario) -> Any:
+    """``[server]`` with the protocol's derived defaults (``ProtocolTraits.resolve``), its result
+    checked: a mapping of ``[server]`` keys, after which ``server.buffer`` and the protocol's
+    in-flight key are positive integers. A protocol that leaves one unset is a
+    :class:`ScenarioError` naming it (docs/protocol.md §8), not a ``TypeError`` later."""
+    protocol = sc.component("protocol")
+    traits, label = protocol.traits, f"server.protocol = {protocol.name!r}"
+    update = traits.resolve(sc) if traits.resolve is not None else {}
+    if not isinstance(update, Mapping):
+        raise ScenarioError([f"{label}: its ProtocolTraits.resolve returned {type(update).__name__}, not a mapping of "
+                             "[server] keys to their derived values"])
+    fields = type(sc.server).model_fields
+    unknown = sorted(str(k) for k in update if k not in fields)
+    if unknown:
+        raise ScenarioError([f"{label}: its ProtocolTraits.resolve sets {', '.join(unknown)}, which [server] does not "
+                             f"have (keys: {', '.join(fields)})"])
+    server = sc.server.model_copy(update=dict(update))
+    problems = []
+    for key in dict.fromkeys(("buffer", traits.in_flight_key)):
+        value = getattr(server, key, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            how = "set it in the scenario, or give the protocol a ProtocolTraits.resolve that derives it"
+            problems.append(f"server.{key} = {_fmt(value)}: {label} needs a positive integer ({how})")
+    if problems:
+        raise ScenarioError(problems)
+    return server
 
 
 def _trait_problems(sc: Scenario, parts: dict[str, Component]) -> list[str]:
@@ -663,9 +545,6 @@ def _cross_check(sc: Scenario) -> Scenario:
     their traits require of each other; resolves derived defaults."""
     sc = _resolved(sc)
     parts = sc.components()
-    missing = _derived_problems(sc, parts["protocol"])
-    if missing:  # every check below counts on them
-        raise ScenarioError(missing)
     errors = _trait_problems(sc, parts)
     for component in parts.values():
         if component.traits.check is not None:
@@ -722,9 +601,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError([f"--set {key}: the value is nested too deeply"]) from None
     except tomllib.TOMLDecodeError:
         value = value_text.strip()
-    if isinstance(value, float) and not math.isfinite(value):
-        pass  # kept: validation reports it with the field name
-    return key, value
+    return key, value  # a NaN or ±inf is kept: validation reports it with the field name
 
 
 def assign(raw: dict[str, Any], dotted: str, value: Any) -> None:
@@ -939,3 +816,18 @@ def _load(path: str | Path, overrides: list[str] | tuple[str, ...], unset: list[
         return validate(raw)
     except ScenarioError as exc:
         raise ScenarioError(exc.problems, source=str(path)) from None
+
+
+def replay_scenario(scenario: Scenario, file: str | Path, **overrides: object) -> Scenario:
+    """``scenario`` with its latency replaced by a replay of ``file`` (speed models and
+    availability reset, as the trace holds them), plus dotted-key ``overrides``
+    (``{"server.rule": "sgd"}``; naming another component drops the old one's keys, as ``--set``
+    does)."""
+    raw = scenario.to_dict()
+    raw["latency"] = {"dist": "trace", "file": absolute_file(str(file))}
+    pop = raw["population"]
+    for key in ("speed_sigma", "slow_fraction", "slow_factor"):
+        pop.pop(key, None)
+    apply_values(raw, [("population.availability", KINDS["availability"].default)])
+    apply_values(raw, list(overrides.items()))
+    return validate(raw)

@@ -26,7 +26,7 @@ from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
 from asyncfl.errors import RunDirError
 from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.figures.style import TIME_LABEL, colorbar, figure, integer_ticks, save, styled, title
-from asyncfl.run.bias_report import leading_counts, load_run
+from asyncfl.run.bias_report import leading_counts, read_run_counts
 from asyncfl.run.rundir import read_csv
 from asyncfl.server.aggregation import weight_matrix
 
@@ -71,7 +71,7 @@ def in_flight(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
 def run_w(run_dir: str | Path) -> np.ndarray:
     """The run's exact ``W`` from ``counts.npz`` with its ``p`` and ``C``."""
-    scenario, counts, _ = load_run(run_dir)  # checked, read within bounds
+    scenario, counts, _ = read_run_counts(run_dir)  # checked, read within bounds
     return weight_matrix(leading_counts(counts, counts.steps), scenario.server.staleness_exponent, scenario.server.buffer)
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from asyncfl.privacy import allocation
+from asyncfl.components.contracts import returns
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -133,3 +134,8 @@ def pld_epsilon(releases: Releases, sigma: float, delta: float) -> float:
         return _rdp_epsilon(releases, sigma, delta)
     acc = pld.PLDAccountant(value_discretization_interval=interval)
     return float(acc.compose(releases.event(sigma)).get_epsilon(delta))
+
+
+# the accountant components' builders (asyncfl.components.builtin): build(cfg, ctx) -> Accountant
+build_pld = returns(pld_epsilon)
+build_rdp = returns(rdp_epsilon)

@@ -81,7 +81,7 @@ def _check_args(sigma: float | None, delta: float, releases: Releases, accountan
 
 @functools.lru_cache(maxsize=4096)
 def _epsilon(releases: Releases, sigma: float, delta: float, accountant: str) -> float:
-    return float(ACCOUNTANTS.load(accountant)(releases, sigma, delta))
+    return float(ACCOUNTANTS.make(accountant)(releases, sigma, delta))
 
 
 def epsilon_of(releases: Releases, sigma: float, delta: float, accountant: Accountant = "pld") -> float:

@@ -190,7 +190,7 @@ class PrivacySetup:
 
     @property
     def assumption(self) -> SamplingAssumption:
-        return SAMPLINGS.load(self.sampling)
+        return SAMPLINGS.make(self.sampling)
 
     @property
     def cap(self) -> int | None:
@@ -214,7 +214,7 @@ def resolve_sigma(privacy_cfg: Any, shape: RunShape) -> tuple[float, Releases]:
     p = privacy_cfg
     if p.sampling not in SAMPLINGS:
         raise ScenarioError([SAMPLINGS.unknown(p.sampling)])
-    releases = SAMPLINGS.load(p.sampling).releases(shape)
+    releases = SAMPLINGS.make(p.sampling).releases(shape)
     if REGISTRY.get("noise", p.noise).traits.correlated:
         releases = Releases(1)  # C X is one Gaussian release; the participations are inside sens(C) (§12)
     if p.noise_multiplier is not None:
@@ -252,7 +252,7 @@ def sampling_report(sampling: str, shape: RunShape) -> dict[str, Any]:
     ``sampling_rate`` q or ``max_participations`` k: what a table says the ε rests on."""
     if sampling not in SAMPLINGS:
         raise ScenarioError([SAMPLINGS.unknown(sampling)])
-    assumption: SamplingAssumption = SAMPLINGS.load(sampling)
+    assumption: SamplingAssumption = SAMPLINGS.make(sampling)
     return {"sampling": sampling, "claim": assumption.claim, "statement": assumption.statement(shape),
             **assumption.parameters(shape)}
 
@@ -310,7 +310,7 @@ def build_privacy(
                                  f"(privacy.sampling = {p.sampling!r} has none)"])
         ctx = NoiseContext(steps=int(steps), k=shape.max_participations, b=shape.min_separation, beta=noise_beta)
         try:
-            strategy = noise.builder()(noise.own_config(p), ctx)
+            strategy = noise.make(noise.own_config(p), ctx)
             sens = factorization.strategy_sensitivity(strategy, min(shape.max_participations, int(steps)), shape.min_separation)
         except ValueError as exc:
             raise ScenarioError([f"privacy.noise = {p.noise!r}: {exc}"]) from None
@@ -348,7 +348,7 @@ def build_privacy(
     aggregator = PrivateAggregator(
         buffer=buffer, exponent=exponent, num_staleness=max_staleness + 1, sigma=sigma,
         clip=setup.clip, gamma=gamma, counts=p.counts, noise_cohort=cohort,
-        strategy=noise.builder()(noise.own_config(p), NoiseContext(int(steps), None, 1, None)) if strategy is None else strategy,
+        strategy=noise.make(noise.own_config(p), NoiseContext(int(steps), None, 1, None)) if strategy is None else strategy,
         strategy_sensitivity=sens, dim=dim,
     )
     return setup, aggregator

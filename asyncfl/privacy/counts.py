@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from asyncfl.components.contracts import returns
 
 def project_simplex(c_hat: np.ndarray, C: float) -> np.ndarray:
     """Euclidean projection of a row onto ``{c ≥ 0, Σ c = C}`` (sort-based, Duchi et al. 2008).
@@ -43,3 +44,10 @@ def counts_project(c_hat: np.ndarray, C: float) -> np.ndarray:
     if total <= 0.0:
         return np.full_like(c, C / c.size)
     return c / total * C  # divide first: no overflow when total is subnormal
+
+
+# the count post-processing components' builders (asyncfl.components.builtin): build(cfg, ctx) -> postprocess
+build_raw = returns(counts_raw)
+build_clamp = returns(counts_clamp)
+build_project = returns(counts_project)
+build_simplex = returns(project_simplex)

@@ -1,5 +1,5 @@
 """The participation ledger of a private run, as its sampling assumption and budget ask
-(docs/privacy.md §6, §13, §14): the one place the engine builds it from.
+(docs/privacy.md §6, §13, §14): the one place the composition root builds it from.
 
 * the participation cap's ``(k, b)`` (the assumption's ``cap`` and ``min_separation``);
 * random allocation's allotment (the assumption's trait ``allotment``): an
@@ -10,24 +10,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from asyncfl.clients.participation import Participation
 from asyncfl.privacy.aggregator import PrivacySetup
 from asyncfl.privacy.allotment import Allotment
 
 
-def private_ledger(scenario: Any, setup: PrivacySetup, version: Callable[[], int]) -> Participation:
-    """The ledger of a private run of ``scenario`` resolved into ``setup``."""
+def ledger_terms(setup: PrivacySetup, seed: int) -> tuple[int | None, int, Allotment | None]:
+    """``(cap, min_separation, allotment)`` of the ledger of a private run resolved into
+    ``setup`` with the run's ``seed``: the sampling assumption's cap, joined by the budget's
+    ``k_B`` (§14), and random allocation's allotment drawn from the seed (§13)."""
     shape = setup.shape
     allotment = None
     if shape.allotment is not None:
         k, t = shape.allotment
-        allotment = Allotment(shape.clients, k, t, scenario.seed)
+        allotment = Allotment(shape.clients, k, t, seed)
     cap = setup.cap
     if setup.budget_participations is not None:  # the privacy filter joins the cap (§14)
         cap = setup.budget_participations if cap is None else min(cap, setup.budget_participations)
-    return Participation(shape.clients, cap, shape.min_separation, version, allotment=allotment)
+    return cap, shape.min_separation, allotment
 
 
 def stall_reason(ledger: Participation, setup: PrivacySetup, step: int, steps: int, buffer: int, now: float) -> str | None:

@@ -110,8 +110,8 @@ def postprocess_counts(c_hat: np.ndarray, C: int, mode: CountsMode = "project", 
     if COUNT_MODES.get(mode).traits.exact:
         if exact is None:
             raise ValueError(f"privacy.counts = {mode!r} reads the exact counts, and none were given")
-        return COUNT_MODES.load(mode)(c, C, np.asarray(exact, dtype=np.float64))
-    return COUNT_MODES.load(mode)(c, C)
+        return COUNT_MODES.make(mode)(c, C, np.asarray(exact, dtype=np.float64))
+    return COUNT_MODES.make(mode)(c, C)
 
 
 def gamma_from_xi(sigma: float, clip: float, xi: float) -> float:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, NamedTuple
 
+from asyncfl.components.contracts import returns
 from asyncfl.privacy.accountants import Releases
 
 
@@ -179,3 +180,8 @@ class RandomAllocation(SamplingAssumption):
 POISSON = Poisson()
 PARTICIPATION_CAP = ParticipationCap()
 RANDOM_ALLOCATION = RandomAllocation()
+
+# the sampling components' builders (asyncfl.components.builtin): build(cfg, ctx) -> SamplingAssumption
+build_poisson = returns(POISSON)
+build_participation_cap = returns(PARTICIPATION_CAP)
+build_random_allocation = returns(RANDOM_ALLOCATION)

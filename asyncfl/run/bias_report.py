@@ -82,7 +82,7 @@ def own_bias(scenario: scenario_mod.Scenario, bias: dict[str, Any] | None) -> fl
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
-def load_run(run_dir: str | Path) -> tuple[scenario_mod.Scenario, StalenessCounts, dict[str, np.ndarray]]:
+def read_run_counts(run_dir: str | Path) -> tuple[scenario_mod.Scenario, StalenessCounts, dict[str, np.ndarray]]:
     """The run's scenario, its staleness counts (either layout of ``counts.npz``, read by
     :func:`~asyncfl.run.counts_file.read_counts`) and the file's other arrays, checked:
     ``private_by_staleness`` and ``coefficients``, when present, float arrays with T rows. Every
@@ -128,7 +128,7 @@ def seen_counts(scenario: scenario_mod.Scenario, records: StalenessCounts, array
 def bias_of_run(run_dir: str | Path) -> dict[str, Any]:
     """The ``bias.json`` content of a run directory (see the module docstring), with the clients'
     participation read from ``updates.csv`` when the directory has one."""
-    scenario, counts, arrays = load_run(run_dir)
+    scenario, counts, arrays = read_run_counts(run_dir)
     report = bias_of_records(scenario, counts, arrays)
     updates = Path(run_dir) / "updates.csv"
     if updates.exists():
@@ -203,7 +203,7 @@ def heatmap_matrices(run_dir: str | Path) -> dict[str, Any]:
     first :data:`MAX_ANALYSED_STEPS` steps), the target ``M``, and the ``A`` of MA-full and MA-light
     computed on the ``W`` the server saw (``Ŵ`` with privacy), with the scenario."""
     run_dir = Path(run_dir)
-    scenario, counts, arrays = load_run(run_dir)
+    scenario, counts, arrays = read_run_counts(run_dir)
     server = scenario.server
     T = min(counts.steps, MAX_ANALYSED_STEPS)
     if T == 0:
@@ -229,6 +229,6 @@ def write_bias_json(run_dir: str | Path) -> dict[str, Any]:
 def finish_hook(sim: Any, run_dir: Path) -> None:
     """Runner hook: every run that took a step on a protocol whose uploads can be stale gets a
     ``bias.json`` (a sync run's ``W`` is ``I``)."""
-    if sim.scenario.component("protocol").traits.stale and sim.steps_done > 0:
+    if sim.settings.stale and sim.steps_done > 0:
         write_bias_json(run_dir)
 

@@ -48,6 +48,7 @@ from asyncfl.components.registry import REGISTRY
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.files import read_limited
 from asyncfl.config.memory import machine_memory
+from asyncfl.components.contracts import ServerProtocol
 from asyncfl.config.scenario import Scenario, one_upload_per_client
 from asyncfl.errors import CheckpointError
 from asyncfl.run.rundir import torch_bytes, write_bytes
@@ -56,7 +57,7 @@ from asyncfl.staleness_counts import StalenessCounts
 
 #: 1: the reflective format of asyncfl ≤ 0.1; 2: without the content digest; 3: before components
 #: (scenario sections with every plug-in's keys, state types by module) — all refused
-CHECKPOINT_FORMAT = 4
+CHECKPOINT_FORMAT = 5  # 5: Counters.dropped_declared (a protocol's own drop reasons); older runs are rerun
 CHECKPOINT_NAME = "checkpoint.pt"
 
 #: The engine's own state types, by name; the components' own (a rule's, a protocol's, …) are
@@ -71,11 +72,10 @@ _STATE_CACHE: list[Any] = [None, None]  # (registry generation, types) of the la
 
 
 def state_types() -> dict[str, type]:
-    """Every type a state tree may hold, by name: the engine's, those registered with
-    :func:`register_state_type`, and every registered component's declared state types. Two
+    """Every type a state tree may hold, by name: the engine's and every registered component's
+    declared state types (``Component.state``, the one way a plug-in declares one). Two
     different types under one name are an error naming both components."""
-    key = (REGISTRY.generation, len(STATE_TYPES))
-    if _STATE_CACHE[0] == key:
+    if _STATE_CACHE[0] == REGISTRY.generation:
         return _STATE_CACHE[1]
     out = dict(STATE_TYPES)
     owner = {name: "the engine" for name in out}
@@ -87,19 +87,11 @@ def state_types() -> dict[str, type]:
                     raise CheckpointError(f"state type {name!r} of {component.kind_info.label} {component.name!r} clashes "
                                           f"with another of {owner[name]}; give it another class name")
                 out[name], owner[name] = cls, f"{component.kind_info.label} {component.name!r}"
-    _STATE_CACHE[:] = [key, out]
+    _STATE_CACHE[:] = [REGISTRY.generation, out]
     return out
 
 
 _PLAIN = (type(None), bool, int, float, str)
-
-
-def register_state_type(cls: type) -> type:
-    """Allow ``cls`` (a NamedTuple or dataclass) in checkpointed state; usable as a decorator."""
-    if cls.__name__ in STATE_TYPES and STATE_TYPES[cls.__name__] is not cls:
-        raise ValueError(f"another state type is already registered as {cls.__name__}")
-    STATE_TYPES[cls.__name__] = cls
-    return cls
 
 
 def _fields(cls: type) -> tuple[str, ...]:
@@ -294,11 +286,11 @@ def _short(exc: BaseException) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # validation
-def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
+def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario, protocol: ServerProtocol) -> list[str]:
     """Every way ``ck``'s state does not fit a simulation of ``scenario`` whose initial state is
-    ``fresh``: one line per problem, empty when it fits."""
+    ``fresh`` and whose built protocol is ``protocol`` (asked which clients a stored protocol
+    state refers to and what it must satisfy): one line per problem, empty when it fits."""
     problems: list[str] = []
-    problems.extend(_upgrade_records(ck.state.records, fresh.records.by_staleness.columns))
     _compare(ck.state, fresh, "state", problems, skip={"clients"})
     if problems:
         return problems[:10]
@@ -328,6 +320,11 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
         check(accepted == s.counters.accepted, f"state.counters.accepted = {s.counters.accepted}, but the per-step counts add up to {accepted}")
     for name in ("accepted", "dropped_stale", "cancelled_late", "rejected_nonfinite", "rejected_norm", "dropped_offline", "dispatched"):
         check(getattr(s.counters, name) >= 0, f"state.counters.{name} = {getattr(s.counters, name)}: must be ≥ 0")
+    declared = scenario.component("protocol").traits.drops
+    for reason, count in s.counters.dropped_declared:
+        check(reason in declared and reason != "stale" and isinstance(count, int) and count >= 0,
+              f"state.counters.dropped_declared: {reason!r} = {count!r}, but the protocol declares the drop reasons "
+              f"{', '.join(declared)} (each counted ≥ 0)")
     check(s.counters.dispatched == s.next_seq, f"state.next_seq = {s.next_seq}, but {s.counters.dispatched} clients were dispatched")
     check(s.rejected_since_step >= 0, f"state.rejected_since_step = {s.rejected_since_step}: must be ≥ 0")
     check(math.isfinite(s.now) and s.now >= 0, f"state.now = {s.now}: must be a finite time ≥ 0")
@@ -335,10 +332,9 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
     seqs = {c.seq for c in s.clients}
     check(len(seqs) == len(s.clients), "state.clients: a dispatch number appears twice")
     check(set(s.in_flight) <= seqs, "state.in_flight: names clients the checkpoint does not hold")
-    protocol = scenario.component("protocol")
-    check(protocol.builder().referred_seqs(s.protocol) <= seqs, "state.protocol: names clients the checkpoint does not hold")
-    problems.extend(protocol.builder().state_problems(s.protocol, server))
-    key = protocol.traits.in_flight_key
+    check(protocol.referred_seqs(s.protocol) <= seqs, "state.protocol: names clients the checkpoint does not hold")
+    problems.extend(protocol.state_problems(s.protocol))
+    key = scenario.component("protocol").traits.in_flight_key
     limit = getattr(server, key)
     check(len(s.in_flight) <= limit, f"state.in_flight: {len(s.in_flight)} clients, more than server.{key} = {limit}")
     shape, dtype = tuple(fresh.theta.shape), fresh.theta.dtype
@@ -357,32 +353,13 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario) -> list[str]:
     busy = s.fleet.busy
     check(busy.shape == (n,) and busy.dtype == np.bool_, f"state.fleet.busy: {_describe(busy)}, but population.clients = {n}")
     check(set(s.streams) == set(rngmod.STREAMS), f"state.streams: {sorted(s.streams)}, expected {sorted(rngmod.STREAMS)}")
-    problems.extend(_participation_problems(s, scenario, steps))
+    problems.extend(_participation_problems(s, scenario, steps, protocol))
     problems.extend(_noise_problems(s, fresh))
     expected_rows = {"updates.csv": s.counters.rows, "metrics.csv": 1 + steps // run.eval_every}
     for name, want in expected_rows.items():
         got = ck.csv_rows.get(name)
         check(isinstance(got, int) and got == want, f"run_dir.csv_rows[{name!r}] = {got!r}, but the state accounts for {want} rows")
     return problems[:10]
-
-
-def _upgrade_records(records: Any, columns: int) -> list[str]:
-    """A checkpoint of asyncfl before issue 27 holds the staleness counts as a list of dense
-    per-step rows (``bincount`` of each step's staleness, ``columns`` long at least): they are
-    read into :class:`StalenessCounts` in place, the same counts. Returns what is wrong with them."""
-    rows = getattr(records, "by_staleness", None)
-    if not isinstance(records, Records) or not isinstance(rows, list):
-        return []
-    try:
-        dense = np.zeros((len(rows), max([columns, *(np.shape(r)[0] for r in rows)])), dtype=np.int64)
-        for i, row in enumerate(rows):
-            if not isinstance(row, np.ndarray) or row.ndim != 1 or row.dtype.kind not in "iu":
-                raise ValueError(f"step {i + 1}'s counts are not a 1-d integer array")
-            dense[i, : len(row)] = row
-        records.by_staleness = StalenessCounts.from_dense(dense)
-    except (ValueError, IndexError, TypeError) as exc:
-        return [f"state.records.by_staleness: {exc}"]
-    return []
 
 
 def _noise_problems(s: SimState, fresh: SimState) -> list[str]:
@@ -401,7 +378,7 @@ def _noise_problems(s: SimState, fresh: SimState) -> list[str]:
     return []
 
 
-def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list[str]:
+def _participation_problems(s: SimState, scenario: Scenario, steps: int, protocol: ServerProtocol) -> list[str]:
     """The participation ledger of a private run (docs/privacy.md §6), or of a run whose
     algorithm takes one upload per client (docs/async-optimisers.md §5), against the scenario and
     the rest of the state: one entry per client, no client over its cap, participations adding
@@ -443,7 +420,7 @@ def _participation_problems(s: SimState, scenario: Scenario, steps: int) -> list
     elif most and first.shape == (most,) and int(last.max()) < int(first[-1]):
         problems.append(f"state.participation.last_step: at most {int(last.max())}, but some client reached {most} "
                         f"participations at step {int(first[-1])}")
-    undecided = set(s.in_flight) | scenario.component("protocol").builder().undecided_seqs(s.protocol)
+    undecided = set(s.in_flight) | protocol.undecided_seqs(s.protocol)
     for c in s.clients:
         if c.seq in undecided:
             if 0 <= c.client < n and spent[c.client] > 0 and c.version - int(last[c.client]) < sep:

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from asyncfl.compose import build_simulation
 from asyncfl.config import scenario as scenario_mod
 from asyncfl.config.scenario import Scenario
 from asyncfl.config.stop import FINISHED_STATUSES
@@ -90,27 +91,28 @@ async def run_to_dir(
     trackers = tracking.build(scenario)  # their optional packages checked before anything is written
     rundir.check_out(out, overwrite=overwrite)
     # built first: a scenario refused while building (memory, traces) leaves no directory behind
-    sim = simulation if simulation is not None else Simulation(scenario)
+    sim = simulation if simulation is not None else build_simulation(scenario)
     stops.check_metric(scenario.run.stop, metric_fields(sim))
     path, lock = rundir.prepare(out, overwrite=overwrite)
     with lock:
         writer = rundir.RunWriter(path, metric_fields=metric_fields(sim))
         writer.write_scenario(scenario.to_toml())
         provenance.write(path, scenario, sim.task)
-        return await _drive(sim, writer, on_event, should_stop, trackers)
+        return await _drive(sim, scenario, writer, on_event, should_stop, trackers)
 
 
 async def _drive(
     sim: Simulation,
+    scenario: Scenario,
     writer: rundir.RunWriter,
     on_event: Callable[[StepEvent], None] | None,
     should_stop: Callable[[], bool] | None,
     trackers: dict[str, tracking.Tracker],
 ) -> dict[str, Any]:
     """Drive ``sim`` into ``writer``'s directory: periodic checkpoints, and a final one when the
-    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which. The
-    trackers log as it goes and are closed whatever happens (:mod:`asyncfl.run.tracking`)."""
-    scenario = sim.scenario
+    run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which
+    (``scenario``: what the checkpoints store). The trackers log as it goes and are closed
+    whatever happens (:mod:`asyncfl.run.tracking`)."""
     sim.sink = writer
     sim.should_stop = should_stop
     every = scenario.run.checkpoint_every
@@ -126,7 +128,7 @@ async def _drive(
                     board.on_event(sim, event)
                 stopped = watch.check(sim, event)
                 if every and event.step % every == 0 and event.step < event.total_steps and stopped is None:
-                    save_checkpoint(sim, writer)
+                    save_checkpoint(sim, scenario, writer)
                 if on_event is not None:
                     on_event(event)
                 if stopped is not None:
@@ -137,14 +139,14 @@ async def _drive(
         except NumericalFault as exc:
             # marked with the fault: a driver killed before the summary below is resumed by
             # finalizing this state as diverged, never by running on past the fault
-            save_checkpoint(sim, writer, fault=str(exc))
+            save_checkpoint(sim, scenario, writer, fault=str(exc))
             finalize(sim, writer, "diverged", {"error": str(exc), "checkpoint": CHECKPOINT_NAME})
             raise
         except SimulationStalled as exc:
             finalize(sim, writer, "stalled", {"error": str(exc)})
             raise
         except RunInterrupted:
-            save_checkpoint(sim, writer)
+            save_checkpoint(sim, scenario, writer)
             await sim.aclose()
             finalize(sim, writer, "interrupted", {"checkpoint": CHECKPOINT_NAME})
             raise
@@ -183,14 +185,14 @@ def _close_trackers(board: tracking.TrackerSet, writer: rundir.RunWriter, summar
     return summary
 
 
-def save_checkpoint(sim: Simulation, writer: rundir.RunWriter, fault: str | None = None) -> None:
-    """``checkpoint.pt``: the simulation's state and the CSV files' row counts and digests
-    (written after the rows it counts); ``fault``: the message of the numerical fault the run
+def save_checkpoint(sim: Simulation, scenario: Scenario, writer: rundir.RunWriter, fault: str | None = None) -> None:
+    """``checkpoint.pt``: the simulation's state, the scenario it runs, and the CSV files' row
+    counts and digests (written after the rows it counts); ``fault``: the message of the numerical fault the run
     stopped on, when it is the checkpoint taken then."""
     run_dir: dict[str, Any] = {"csv_rows": writer.rows(), "csv_sha256": writer.digests()}
     if fault is not None:
         run_dir["fault"] = fault
-    checkpoint.save(writer.path / CHECKPOINT_NAME, sim.scenario, sim.state(), run_dir)
+    checkpoint.save(writer.path / CHECKPOINT_NAME, scenario, sim.state(), run_dir)
     writer.checkpoint_step = sim.steps_done
 
 
@@ -270,7 +272,7 @@ def prepare_resume(
     path: str | Path,
     *,
     accept_changed_code: bool = False,
-    simulation_kwargs: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> ResumeReady:
     """Every check of ``asyncfl resume``, touching nothing: no lock file, no output, no temporary
     is created, changed or removed (docs/run-directory.md §4). In order: the directory and its
@@ -293,13 +295,13 @@ def prepare_resume(
     if changes and not accept_changed_code:
         _refuse(plan, [c.describe() for c in changes],
                 "if you changed it on purpose, resume with --accept-changed-code (recorded in components.json)")
-    sim = Simulation(plan.scenario, **(simulation_kwargs or {}))  # refused (memory, traces) before a file is touched
+    sim = build_simulation(plan.scenario, **(overrides or {}))  # refused (memory, traces) before a file is touched
     _refuse(plan, provenance.data_problems(plan.components, plan.scenario, sim.task))
     stops.check_metric(plan.scenario.run.stop, metric_fields(sim))
     prefixes: dict[str, rundir.CsvPrefix] = {}
     ck = plan.checkpoint
     if ck is not None:
-        problems = checkpoint.validate(ck, sim.state(), plan.scenario)
+        problems = checkpoint.validate(ck, sim.state(), plan.scenario, sim.protocol)
         if not problems:  # both CSV files checked before either is cut
             fields = {"updates.csv": UPDATE_FIELDS, "metrics.csv": metric_fields(sim)}
             for name in fields:
@@ -333,7 +335,7 @@ async def resume_prepared(
             for name in OUTPUTS:
                 (plan.path / name).unlink(missing_ok=True)
             writer = rundir.RunWriter(plan.path, metric_fields=metric_fields(sim))
-            return await _drive(sim, writer, on_event, should_stop, ready.trackers)
+            return await _drive(sim, plan.scenario, writer, on_event, should_stop, ready.trackers)
         ck = plan.checkpoint
         sim.restore(ck.state)
         _remove_temporaries(plan.path)
@@ -351,7 +353,7 @@ async def resume_prepared(
             finally:
                 writer.close()
             raise NumericalFault(ck.fault)
-        return await _drive(sim, writer, on_event, should_stop, ready.trackers)
+        return await _drive(sim, plan.scenario, writer, on_event, should_stop, ready.trackers)
 
 
 async def resume_dir(
@@ -359,7 +361,7 @@ async def resume_dir(
     *,
     on_event: Callable[[StepEvent], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    simulation_kwargs: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
     accept_changed_code: bool = False,
 ) -> dict[str, Any]:
     """Continue the run in ``path`` from its checkpoint (``asyncfl resume``): every check first,
@@ -369,7 +371,7 @@ async def resume_dir(
     untouched; a diverged one is refused. ``accept_changed_code``: continue although a plug-in's
     code changed since the run started (recorded in ``components.json``).
     """
-    ready = prepare_resume(path, accept_changed_code=accept_changed_code, simulation_kwargs=simulation_kwargs)
+    ready = prepare_resume(path, accept_changed_code=accept_changed_code, overrides=overrides)
     return await resume_prepared(ready, on_event=on_event, should_stop=should_stop)
 
 

@@ -32,7 +32,6 @@ from asyncfl.errors import ScenarioError
 from asyncfl.run.rundir import atomic_write
 from asyncfl.records import StepEvent
 from asyncfl.run.tracker_base import Start, Tracker
-from asyncfl.sim.engine import num_staleness
 
 DIRNAME = "tensorboard"
 SCALARS = {"loss": "eval/loss", "accuracy": "eval/accuracy", "train_loss": "eval/train_loss", "gap": "eval/gap",
@@ -76,7 +75,7 @@ class TensorBoardLog:
         w.add_scalar("updates/dropped", event.dropped, step)
         w.add_scalar("updates/rejected", event.rejected, step)
         if step > self._since:
-            counts = sim.records.by_staleness.histogram(self._since, step, num_staleness(sim.scenario) or 1)
+            counts = sim.records.by_staleness.histogram(self._since, step, sim.settings.staleness_columns or 1)
             width = len(counts)
             taus = np.repeat(np.arange(width), counts)
             if taus.size:

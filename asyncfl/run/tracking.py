@@ -38,22 +38,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from asyncfl.components import allow
 from asyncfl.config.scenario import Scenario
 from asyncfl.config.trackers import KEYS, keys_of
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy import epsilon_curve
 from asyncfl.records import StepEvent
-from asyncfl.registry import Registry
 from asyncfl.run.rundir import atomic_write
 from asyncfl.run.tracker_base import Start, Tracker
 
-#: the trackers that ship (their keys: :data:`asyncfl.config.trackers.KEYS`)
-TRACKERS: Registry[Any] = Registry("tracker", "run.trackers", {
+#: the trackers that ship: name → (``"module:attribute"`` of the class, imported on first use; a
+#: summary). Their keys: :data:`asyncfl.config.trackers.KEYS`
+TRACKERS: dict[str, tuple[str, str]] = {
     "tensorboard": ("asyncfl.run.tensorboard:TensorBoardTracker", "TensorBoard event files in RUN_DIR/tensorboard (asyncfl[tensorboard])"),
     "mlflow": ("asyncfl.run.external_trackers:MLflowTracker", "an MLflow store: a file or database backend, or a server (asyncfl[mlflow])"),
     "wandb": ("asyncfl.run.external_trackers:WandbTracker", "Weights & Biases, offline by default (asyncfl[wandb])"),
-})
-assert set(TRACKERS.names) == set(KEYS)
+}
+assert set(TRACKERS) == set(KEYS)
 LEDGER = "trackers.json"
 PARENT_ENV = "ASYNCFL_TRACKER_PARENT"
 #: files of a run directory logged as artefacts at the end (those that exist)
@@ -62,17 +63,29 @@ FIGURES = (".png", ".pdf", ".svg")
 
 
 def tracker_class(name: str) -> type[Tracker]:
-    """The class of tracker ``name``: a registered one, or ``"package.module:attribute"``
-    (imported now: the scenario named it)."""
-    if name in TRACKERS:
-        return TRACKERS.load(name)
+    """The class of tracker ``name``: a registered one, or ``"package.module:attribute"`` for a
+    module the user allowed (:mod:`asyncfl.components.allow`, docs/extending.md §3: a scenario
+    never makes asyncfl import code the user did not choose), never while reading a run
+    directory; the attribute must be a :class:`Tracker` subclass (it is not called here)."""
+    if name in TRACKERS:  # asyncfl's own: imported from its own module
+        module, _, attribute = TRACKERS[name][0].partition(":")
+        return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
     module, _, attribute = name.partition(":")
+    if allow.is_reading() or allow.module_name_problem(module) or not attribute:
+        raise ScenarioError([f"run.trackers = {name!r}: unknown tracker; allowed: {', '.join(TRACKERS)}, or "
+                             "'package.module:attribute' naming a Tracker class in a module you allow"])
+    if not allow.is_allowed(module):
+        raise ScenarioError([f"run.trackers = {name!r}: names code in the module {module!r}, which asyncfl does not import "
+                             f"unless you allow it: --allow-module {module} on the command line, {allow.ENV}={module} in "
+                             f"the environment, or asyncfl.allow_modules({module!r}) in Python"])
     try:
         obj: Any = importlib.import_module(module)
         for part in attribute.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ScenarioError([f"run.trackers = {name!r}: cannot import it ({exc})"]) from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit on import included: reported, never obeyed
+        raise ScenarioError([f"run.trackers = {name!r}: importing it failed ({type(exc).__name__}: {exc})"]) from None
     if not (isinstance(obj, type) and issubclass(obj, Tracker)):
         raise ScenarioError([f"run.trackers = {name!r}: not a subclass of asyncfl.run.tracking.Tracker"])
     return obj

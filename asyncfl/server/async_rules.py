@@ -93,7 +93,7 @@ class FADAS(DelayScaled):
         self.cfg = cfg
 
     @classmethod
-    def from_config(cls, cfg: FADASConfig) -> "FADAS":
+    def from_config(cls, cfg: FADASConfig, ctx: Any = None) -> "FADAS":
         return cls(cfg)
 
 
@@ -105,5 +105,5 @@ class DelayAdaptiveSGD(DelayScaled):
         super().__init__(SGD(), cfg)
 
     @classmethod
-    def from_config(cls, cfg: DelayScaleConfig) -> "DelayAdaptiveSGD":
+    def from_config(cls, cfg: DelayScaleConfig, ctx: Any = None) -> "DelayAdaptiveSGD":
         return cls(cfg)

@@ -42,7 +42,7 @@ class Clip(ServerRule):
         self.tau = tau
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "Clip":
+    def from_config(cls, cfg: Any, ctx: Any = None) -> "Clip":
         return cls(cfg.clip_tau)
 
     def init(self, theta: torch.Tensor) -> EmptyState:
@@ -84,11 +84,11 @@ class Chain(ServerRule):
         return RuleOutput(aggregate.r, ChainState(tuple(states)), coefficients)
 
 
-def build_chain(cfg: Any) -> Chain:
+def build_chain(cfg: Any, ctx: Any) -> Chain:
     """The chain a scenario names: each of ``cfg.links`` (the link components, in order) built by
-    its own builder from its own keys; the coefficients passed on are those of the one link that
-    records them."""
+    its own builder from its own keys and the chain's context; the coefficients passed on are
+    those of the one link that records them."""
     links = cfg.links
     recording = [k for k, link in enumerate(links) if link.traits.coefficients is not None]
-    return Chain(tuple(link.builder()(link.own_config(cfg)) for link in links),
+    return Chain(tuple(link.make(link.own_config(cfg), ctx) for link in links),
                  recording[0] if len(recording) == 1 else None)

@@ -464,7 +464,7 @@ class MAFull(_MARule):
         self.ridge, self.window = float(ridge), window
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "MAFull":
+    def from_config(cls, cfg: Any, ctx: Any = None) -> "MAFull":
         return cls(cfg.beta, cfg.ma_target, cfg.ma_ridge, cfg.ma_window)
 
     def init(self, theta: torch.Tensor) -> MAFullState:
@@ -560,7 +560,7 @@ class MALight(_MARule):
     ``coefficients`` = ``[u_t, v_t]`` (:func:`light_matrix_from_uv` rebuilds ``A``)."""
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "MALight":
+    def from_config(cls, cfg: Any, ctx: Any = None) -> "MALight":
         return cls(cfg.beta, cfg.ma_target)
 
     def init(self, theta: torch.Tensor) -> MALightState:

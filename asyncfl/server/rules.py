@@ -6,9 +6,9 @@ Every rule is a pair of pure functions: ``init(theta) -> state`` and
 NamedTuples of tensors and numbers, so a checkpoint is just that data.
 
 Each rule is a component (:mod:`asyncfl.components.builtin`, docs/extending.md §5) whose builder
-is its ``from_config(cfg)``: ``cfg`` is the rule's own config (its keys in ``[server]``, e.g.
+is its ``from_config(cfg, ctx)`` (the one builder shape; ``ctx`` unused by the built-ins): ``cfg`` is the rule's own config (its keys in ``[server]``, e.g.
 :class:`asyncfl.config.server.MomentumConfig`; None for SGD, which has none);
-:func:`asyncfl.server.compose.make_rule` builds the one a scenario names.
+:func:`asyncfl.compose.compose` builds the one a scenario names.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class SGD(ServerRule):
     """``m_t = r_t``; target ``M = I``."""
 
     @classmethod
-    def from_config(cls, cfg: Any = None) -> "SGD":
+    def from_config(cls, cfg: Any = None, ctx: Any = None) -> "SGD":
         return cls()
 
     def init(self, theta: torch.Tensor) -> EmptyState:
@@ -93,7 +93,7 @@ class Momentum(ServerRule):
         self.beta = beta
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "Momentum":
+    def from_config(cls, cfg: Any, ctx: Any = None) -> "Momentum":
         return cls(cfg.beta)
 
     def init(self, theta: torch.Tensor) -> TraceState:
@@ -139,7 +139,7 @@ class Adam(ServerRule):
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "Adam":
+    def from_config(cls, cfg: Any, ctx: Any = None) -> "Adam":
         return cls(cfg.beta, cfg.adam_beta2, cfg.adam_eps)
 
     def init(self, theta: torch.Tensor) -> AdamState:

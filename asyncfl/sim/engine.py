@@ -5,7 +5,7 @@ Every dispatched client waits its sampled latency on the virtual clock (one entr
 see :class:`Arrival`) and then uploads. Its training job was submitted to the executor at dispatch and is awaited
 only when the buffer flushes, so a run is an asyncio coroutine: :meth:`Simulation.events` is an
 async iterator of :class:`StepEvent` (what progress bars and notebooks consume) and
-:meth:`Simulation.run` drives it to the end (:func:`run_blocking` for scripts).
+:meth:`Simulation.run` drives it to the end (:func:`asyncfl.compose.run_blocking` for scripts).
 
 Protocols (docs/protocol.md):
 
@@ -45,34 +45,24 @@ import torch
 
 from asyncfl import privacy
 from asyncfl import rng as rngmod
-from asyncfl.clients.build import build_fleet
-from asyncfl.clients.fleet import Fleet
 from asyncfl.clients.participation import Participation
-from asyncfl.privacy.dispatch import private_ledger, stall_reason
-from asyncfl.config import checks
-from asyncfl.compute.compose import make_executor
+from asyncfl.privacy.dispatch import stall_reason
 from asyncfl.compute.executors import Executor
 from asyncfl.compute.training import LocalJob
-from asyncfl.config.memory import check_memory
-from asyncfl.config.scenario import Scenario, one_upload_per_client
 from asyncfl.errors import (
     CheckpointError, NumericalFault, ParticipationCapReached, RunInterrupted, SimulationStalled, TraceError,
 )
 from asyncfl.records import MemorySink, Sink, StepEvent, UpdateRow
 from asyncfl.staleness_counts import StalenessCounts
-from asyncfl.server.aggregation import Aggregator, ClientUpdate, ExactAggregator
-from asyncfl.server.algorithms import Algorithm, ServerStreams, StepInfo
-from asyncfl.server.compose import build_algorithm
+from asyncfl.server.aggregation import ClientUpdate
+from asyncfl.server.algorithms import ServerStreams, StepInfo
 from asyncfl.sim import collector
 from asyncfl.sim.clock import Arrival, timeout_at
+from asyncfl.sim.parts import Parts
 from asyncfl.sim.state import ClientState, Counters, Records, SimState
-from asyncfl.tasks import build_task
-from asyncfl.tasks.base import Task
 from asyncfl.tensor_checks import all_finite, finite_rows
 
 MAX_REJECTED_PER_STEP = 1000  # uploads rejected in a row (no step between) before the run stops
-#: the counter of each reason a protocol may drop an arrived upload for (Simulation.drop)
-DROP_COUNTERS = {"stale": "dropped_stale"}
 
 
 @dataclass(slots=True)
@@ -109,75 +99,39 @@ class InFlight:
                            self.offline_time, self.job, result)
 
 
-def num_staleness(scenario: Scenario) -> int | None:
-    """``L = max_staleness + 1`` (None when unbounded; 1 for a protocol whose uploads are never
-    stale, such as sync)."""
-    if not scenario.component("protocol").traits.stale:
-        return 1
-    ms = scenario.server.max_staleness
-    return None if ms is None else ms + 1
-
-
-def make_private_aggregator(scenario: Scenario, dim: int | None = None) -> tuple[privacy.PrivacySetup, Aggregator]:
-    """``(PrivacySetup, PrivateAggregator)`` of a ``[privacy]`` run (σ calibrated and a correlated
-    noise strategy optimised here; ``dim``: the upload's length, sizing the noise buffers)."""
-    server = scenario.server
-    return privacy.build_privacy(
-        scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,
-        server.max_staleness if scenario.component("protocol").traits.stale else 0, server.staleness_exponent,
-        protocol=server.protocol, noise_beta=checks.noise_beta(scenario), dim=dim,
-    )
-
-
-def default_algorithm(scenario: Scenario, task: Task, aggregator: Aggregator | None = None) -> Algorithm:
-    """The scenario's algorithm (``server.algorithm``) over ``aggregator`` (default: exact)."""
-    if aggregator is None:
-        aggregator = ExactAggregator(scenario.server.staleness_exponent, num_staleness(scenario))
-    return build_algorithm(scenario, task.num_clients, aggregator, task)
-
-
 class Simulation:
-    """One run of a scenario. Create it, then ``async for event in sim.events()`` or
-    ``await sim.run()``."""
+    """One run, of finished parts (:class:`~asyncfl.sim.parts.Parts`, built by
+    :func:`asyncfl.compose.compose`; the engine never sees a scenario). Create it, then
+    ``async for event in sim.events()`` or ``await sim.run()``."""
 
-    def __init__(
-        self,
-        scenario: Scenario,
-        task: Task | None = None,
-        *,
-        sink: Sink | None = None,
-        executor: Executor | None = None,
-        algorithm: Algorithm | None = None,
-        fleet_factory: Callable[[Scenario, dict[str, np.random.Generator]], Fleet] | None = None,
-    ) -> None:
-        self.scenario = scenario
-        self._task_from_scenario = task is None  # remote executors may rebuild it from the scenario
-        if task is None:
-            check_memory(scenario)  # refuse before building what cannot fit (docs/architecture.md §8)
-            task = build_task(scenario.task, scenario.population.clients, scenario.seed)
-        self.task = task
+    def __init__(self, parts: Parts, *, sink: Sink | None = None) -> None:
+        if not isinstance(parts, Parts):
+            raise TypeError(f"Simulation takes the parts of a run (asyncfl.compose.compose(scenario)), "
+                            f"not {type(parts).__name__}")
+        self.parts = parts
+        self.settings = settings = parts.settings
+        self.task = parts.task
         self.sink: Sink = sink if sink is not None else MemorySink()
-        self._executor = executor
-        self.privacy_setup, aggregator = (
-            make_private_aggregator(scenario, self.task.dim) if scenario.privacy.enabled else (None, None)
-        )
-        self._private_aggregator = aggregator if isinstance(aggregator, privacy.PrivateAggregator) else None
-        self.algorithm = algorithm if algorithm is not None else default_algorithm(scenario, self.task, aggregator)
-        self.streams = rngmod.make_streams(scenario.seed)
+        self._executor = parts.executor
+        self.privacy_setup = parts.privacy_setup
+        self._private_aggregator = parts.private_aggregator
+        self.algorithm = parts.algorithm
+        self.streams = parts.streams
         self._server_streams = ServerStreams(noise=self.streams["noise"], algorithm=self.streams["algorithm"])
-        self.fleet = fleet_factory(scenario, self.streams) if fleet_factory else build_fleet(scenario, self.streams, self.task)
+        self.fleet = parts.fleet
         # private runs: one upload per client per step, and the participation cap (docs/privacy.md §6);
         # stale protocols running an algorithm with client memory: one upload per client
         # (AlgorithmTraits.one_upload_per_client, docs/async-optimisers.md §5)
+        rule = parts.participation
         self.participation = (
-            private_ledger(scenario, self.privacy_setup, lambda: self.version)
-            if self.privacy_setup is not None
-            else Participation(scenario.population.clients, None) if one_upload_per_client(scenario) else None
+            None if rule is None else Participation(settings.clients, rule.cap, rule.separation, lambda: self.version,
+                                                    allotment=rule.allotment)
         )
         self.fleet.participation = self.participation
-        self._hook = scenario.component("hook").builder()(scenario.config_of("hook"))  # what clients do to uploads
+        self._hook = parts.hook  # what clients do to uploads
         self.env = simpy.Environment()
-        self.protocol = scenario.component("protocol").builder()(self)  # drives this engine through Host
+        self.protocol = parts.protocol  # drives this engine through Host
+        self.protocol.attach(self)
 
         # --- state: what Simulation.state() declares (SimState) --------------------------------
         self.theta = self.task.initial_theta.detach().clone()
@@ -185,7 +139,7 @@ class Simulation:
         self.algo_state = self.algorithm.init(self.theta)
         self.in_flight: dict[int, InFlight] = {}
         self.counters = Counters()
-        self.records = Records(StalenessCounts(num_staleness(scenario) or 1))
+        self.records = Records(StalenessCounts(settings.staleness_columns or 1))
         self._seq = 0
         self._eval_staleness: list[int] = []
         self.last_metrics: dict[str, float] = {}
@@ -212,7 +166,7 @@ class Simulation:
 
     @property
     def total_steps(self) -> int:
-        return self.scenario.run.steps
+        return self.settings.steps
 
     @property
     def wall_time(self) -> float:
@@ -282,8 +236,18 @@ class Simulation:
         return self.fleet.choose_many(n, self.env.now, self.streams["selection"])
 
     def drop(self, rec: InFlight, staleness: int, reason: str) -> None:
-        """An arrived upload the protocol does not use: counted under ``reason`` and recorded."""
-        setattr(self.counters, DROP_COUNTERS[reason], getattr(self.counters, DROP_COUNTERS[reason]) + 1)
+        """An arrived upload the protocol does not use: counted under ``reason``, one the protocol
+        declares (``ProtocolTraits.drops``), and recorded with it."""
+        counters = self.counters
+        if reason not in self.settings.drops:
+            raise ValueError(f"server.protocol = {self.settings.protocol!r} dropped an upload for {reason!r}, a reason "
+                             f"it does not declare (ProtocolTraits.drops = {self.settings.drops!r})")
+        if reason == "stale":
+            counters.dropped_stale += 1
+        else:
+            counts = dict(counters.dropped_declared)
+            counts[reason] = counts.get(reason, 0) + 1
+            counters.dropped_declared = tuple(sorted(counts.items()))
         self.record(rec, self.version, staleness, False, reason)
 
     def cancel(self, rec: InFlight) -> None:
@@ -385,15 +349,14 @@ class Simulation:
     @property
     def executor(self) -> Executor:
         if self._executor is None:
-            scenario = self.scenario if self._task_from_scenario else None
-            self._executor = make_executor(self.task, self.scenario.client, self.scenario.run, scenario)
+            self._executor = self.parts.make_executor()
         return self._executor
 
     def _start(self) -> None:
         self._started = True
         self._wall_start = time.perf_counter()
-        if self.scenario.run.torch_threads:
-            torch.set_num_threads(self.scenario.run.torch_threads)
+        if self.settings.torch_threads:
+            torch.set_num_threads(self.settings.torch_threads)
         if self._restored is not None:  # resumed from a checkpoint: its clients are already chosen
             self._restart()
             return
@@ -458,7 +421,7 @@ class Simulation:
         accepted: list[tuple[InFlight, int, torch.Tensor]] = []
         jobs = [rec.job for rec, _ in entries]
         messages = self._hook.apply(jobs, self.algorithm.client_messages(jobs, locals_, self.algo_state))
-        for (rec, tau), message, reason in zip(entries, messages, screen(messages, self.scenario.run.max_update_norm)):
+        for (rec, tau), message, reason in zip(entries, messages, screen(messages, self.settings.max_update_norm)):
             if reason:
                 self.counters.rejected_nonfinite += reason == "non-finite"
                 self.counters.rejected_norm += reason == "norm"
@@ -472,6 +435,7 @@ class Simulation:
             then()
             self._guard_rejections()
             return None
+        self.protocol.stepped()
         self._rejected_since_step = 0
 
         updates = [ClientUpdate(rec.client, rec.version, tau, msg) for rec, tau, msg in accepted]
@@ -482,14 +446,14 @@ class Simulation:
         self._record_step(step, accepted, info)
         self.version += 1
         metrics = None
-        if self.steps_done % self.scenario.run.eval_every == 0 or self.steps_done == self.total_steps:
+        if self.steps_done % self.settings.eval_every == 0 or self.steps_done == self.total_steps:
             metrics = self._evaluate()
         if self.steps_done < self.total_steps:
             then()
         event = StepEvent(
             step=self.steps_done, total_steps=self.total_steps, time=self.env.now, wall_time=self.wall_time,
             accepted=self.counters.accepted,
-            dropped=self.counters.dropped_stale + self.counters.cancelled_late + self.counters.dropped_offline,
+            dropped=self.counters.dropped_by_protocol + self.counters.cancelled_late + self.counters.dropped_offline,
             rejected=self.counters.rejected, metrics=metrics,
         )
         if metrics is not None:
@@ -517,7 +481,7 @@ class Simulation:
             "wall_time": self.wall_time,
             "loss": metrics["loss"],
             "accuracy": metrics.get("accuracy", math.nan),
-            "train_loss": self.task.train_loss(self.theta) if self.scenario.run.train_loss else math.nan,
+            "train_loss": self.task.train_loss(self.theta) if self.settings.train_loss else math.nan,
             "staleness_mean": float(np.mean(self._eval_staleness)) if self._eval_staleness else math.nan,
             "staleness_max": float(np.max(self._eval_staleness)) if self._eval_staleness else math.nan,
             "gap": self.task.optimality_gap(self.theta),  # F − F* (quadratic tasks), else NaN
@@ -541,12 +505,12 @@ class Simulation:
         """Why a capped run cannot take its next step (docs/privacy.md §6): every client has
         reached the cap, waits for the open step, or contributed fewer than b steps ago."""
         assert self.participation is not None
-        ledger, sc = self.participation, self.scenario
+        ledger, settings = self.participation, self.settings
         if self.privacy_setup is not None:  # random allocation, a per-client budget (docs/privacy.md §13–14)
-            why = stall_reason(ledger, self.privacy_setup, self.version, self.total_steps, sc.server.buffer, self.env.now)
+            why = stall_reason(ledger, self.privacy_setup, self.version, self.total_steps, settings.buffer, self.env.now)
             if why is not None:
                 return why
-        k, b, n, C, T = ledger.cap, ledger.separation, sc.population.clients, sc.server.buffer, self.total_steps
+        k, b, n, C, T = ledger.cap, ledger.separation, settings.clients, settings.buffer, self.total_steps
         at_cap = ledger.spent >= (k if k is not None else np.iinfo(np.int64).max)
         waiting = ledger.pending & ~at_cap
         resting = ~at_cap & ~ledger.pending & (ledger.spent > 0) & (self.version - ledger.last_step < b)
@@ -570,7 +534,7 @@ class Simulation:
             raise NumericalFault(
                 f"no progress at server step {self.version} (virtual time {self.env.now:g}): the last "
                 f"{self._rejected_since_step} uploads were all rejected (so far non-finite: {c.rejected_nonfinite}, "
-                f"norm above run.max_update_norm = {self.scenario.run.max_update_norm}: {c.rejected_norm})"
+                f"norm above run.max_update_norm = {self.settings.max_update_norm}: {c.rejected_norm})"
             )
 
     def _guard_divergence(self, metrics: dict[str, float]) -> None:
@@ -579,7 +543,7 @@ class Simulation:
         with ``ℓ_0 > 0`` the initial model's test loss (the run's own scale: a loss that grew from
         2.6 to 3.7·10⁷ stays under any absolute bound fit for every task). The message says which
         bound fired (docs/architecture.md §8)."""
-        loss, run = metrics["loss"], self.scenario.run
+        loss, run = metrics["loss"], self.settings
         if not math.isfinite(loss):
             why = f"test loss = {loss:g} is not finite"
         elif loss > run.divergence_loss:
@@ -607,21 +571,23 @@ class Simulation:
     def summary(self) -> dict[str, Any]:
         c = self.counters
         wall = self.wall_time
-        server = self.scenario.server
+        settings = self.settings
         return {
-            "name": self.scenario.name,
+            "name": settings.name,
             "status": "completed" if self.steps_done >= self.total_steps else "incomplete",
             # what ran (docs/run-directory.md §6); FedSplit, FedDR and FedPD use no server rule
-            "protocol": server.protocol,
-            "algorithm": server.algorithm,
-            "rule": server.rule if self.scenario.component("algorithm").traits.uses_rule else None,
-            "task": self.scenario.task.name,
-            "private": self.scenario.privacy.enabled,
+            "protocol": settings.protocol,
+            "algorithm": settings.algorithm,
+            "rule": settings.rule,
+            "task": settings.task,
+            "private": self.privacy_setup is not None,
             "steps": self.steps_done,
             "virtual_time": self.env.now,
             "wall_time": wall,
             "updates_accepted": c.accepted,
             "updates_dropped_stale": c.dropped_stale,
+            **{f"updates_dropped_{reason}": dict(c.dropped_declared).get(reason, 0)
+               for reason in settings.drops if reason != "stale"},
             "updates_cancelled_late": c.cancelled_late,
             "updates_rejected_nonfinite": c.rejected_nonfinite,
             "updates_rejected_norm": c.rejected_norm,
@@ -645,7 +611,7 @@ class Simulation:
         ``run.eval_every`` steps — and after the last step taken (the run's last step, or where it
         stopped) (:func:`asyncfl.privacy.epsilon_curve`)."""
         assert self.privacy_setup is not None and self.participation is not None
-        every, done = self.scenario.run.eval_every, self.steps_done
+        every, done = self.settings.eval_every, self.steps_done
         steps = sorted({0, *range(every, done + 1, every), done})
         return privacy.epsilon_curve(self.privacy_setup, [(t, self.participation.most_by(t)) for t in steps])
 
@@ -676,10 +642,3 @@ def _stack(rows: list[np.ndarray], dtype: Any) -> np.ndarray:
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
-
-
-def run_blocking(scenario: Scenario, **kwargs: Any) -> Simulation:
-    """Run a scenario to the end from synchronous code; returns the finished simulation."""
-    sim = Simulation(scenario, **kwargs)
-    asyncio.run(sim.run())
-    return sim

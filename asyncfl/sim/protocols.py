@@ -7,17 +7,20 @@ idle clients, dispatch one, drop or cancel an upload, ask for a server step, wai
 comes online. It never touches the engine's fields, the fleet or the counters. What a protocol
 holds — FedBuff's buffer, sync's open round, a pending wake-up — is its own declared state
 (:mod:`asyncfl.sim.state`), which a checkpoint stores and :meth:`restore` puts back; the
-protocol also says which dispatched clients it still refers to (:meth:`referred`, and the class
-methods :meth:`referred_seqs` / :meth:`undecided_seqs` on its state, which checkpoint
-validation uses).
+protocol also says which dispatched clients it still refers to (:meth:`referred`, and, asked of a
+stored state, :meth:`referred_seqs` / :meth:`undecided_seqs` / :meth:`state_problems`, which
+checkpoint validation uses on the built protocol).
 
 * :class:`FedBuffProtocol` — ``K`` in flight, buffer ``C``, staleness drops, a replacement on
   every arrival (FedAsync is ``C = 1``);
 * :class:`SyncProtocol` — a cohort per round, the first ``C`` arrivals, stragglers cancelled;
 * :class:`Waiter` — waits on the clock until a client comes online (availability).
 
-Both are components (:mod:`asyncfl.components.builtin`): a protocol class is built as
-``Protocol(host)`` and reads its own keys from ``host.scenario.server``.
+Both are components (:mod:`asyncfl.components.builtin`) of the one builder shape: a protocol
+class is built as ``Protocol(cfg, ctx)`` from its own keys (``concurrency``, ``cohort``) and the
+context's ``buffer`` and ``max_staleness``, before the engine exists; the engine then
+:meth:`attach`-es itself as the protocol's :class:`Host`. The product's contract is
+:class:`asyncfl.components.contracts.ServerProtocol`.
 """
 
 from __future__ import annotations
@@ -25,26 +28,27 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.sim.state import FedBuffState, SyncState, WaiterState
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from asyncfl.config.scenario import Scenario
-
 
 class Record(Protocol):
-    """What a protocol reads of a dispatched client (``asyncfl.sim.engine.InFlight``)."""
+    """What a protocol reads of a dispatched client (``asyncfl.sim.engine.InFlight``): its
+    dispatch number, client, the model version it trained from, when it was dispatched and when
+    its upload arrives."""
 
     seq: int
     client: int
     version: int
+    dispatch_time: float
+    arrival_time: float
 
 
 class Host(Protocol):
     """What a protocol may ask of the simulation that runs it (docs/protocol.md §8)."""
-
-    scenario: Scenario
 
     @property
     def now(self) -> float:
@@ -74,7 +78,8 @@ class Host(Protocol):
         :meth:`on_arrival` (:meth:`on_offline`)."""
 
     def drop(self, rec: Any, staleness: int, reason: str) -> None:
-        """An arrived upload the protocol does not use (``"stale"``): recorded and counted."""
+        """An arrived upload the protocol does not use, for a reason it declares
+        (``ProtocolTraits.drops``: FedBuff's ``"stale"``): recorded and counted."""
 
     def cancel(self, rec: Any) -> None:
         """A client still in flight whose upload is no longer wanted (a straggler, ``"late"``):
@@ -131,11 +136,13 @@ class FedBuffProtocol:
     """Concurrency ``K``, buffer ``C``, staleness drops, replacement on every arrival. The
     buffer of accepted-so-far uploads is the protocol's own (``FedBuffState.buffer``)."""
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        server = host.scenario.server
-        self.concurrency, self.size, self.max_staleness = server.concurrency, server.buffer, server.max_staleness
+    def __init__(self, cfg: Any, ctx: BuildContext) -> None:
+        self.concurrency, self.size, self.max_staleness = cfg.concurrency, ctx.buffer, ctx.max_staleness
         self.buffer: list[tuple[Any, int]] = []  # (upload, staleness) waiting for the next step
+
+    def attach(self, host: Host) -> None:
+        """The simulation this protocol drives."""
+        self.host = host
         self.waiter = Waiter(host, self.dispatch_one)
 
     def start(self) -> None:
@@ -152,20 +159,17 @@ class FedBuffProtocol:
         """The buffered uploads (no longer in flight, not yet used by a step)."""
         return [rec for rec, _ in self.buffer]
 
-    @staticmethod
-    def referred_seqs(state: FedBuffState) -> set[int]:
+    def referred_seqs(self, state: FedBuffState) -> set[int]:
         return {seq for seq, _ in state.buffer}
 
-    @staticmethod
-    def undecided_seqs(state: FedBuffState) -> set[int]:
+    def undecided_seqs(self, state: FedBuffState) -> set[int]:
         """Arrived uploads whose fate a step has not decided yet: the buffered ones."""
         return {seq for seq, _ in state.buffer}
 
-    @staticmethod
-    def state_problems(state: FedBuffState, server: Any) -> list[str]:
+    def state_problems(self, state: FedBuffState) -> list[str]:
         """What a checkpointed state must satisfy: a step takes the buffer as soon as it holds C."""
-        if len(state.buffer) >= server.buffer:
-            return [f"state.protocol.buffer: {len(state.buffer)} uploads, but a step takes server.buffer = {server.buffer}"]
+        if len(state.buffer) >= self.size:
+            return [f"state.protocol.buffer: {len(state.buffer)} uploads, but a step takes server.buffer = {self.size}"]
         return []
 
     def dispatch_one(self) -> None:
@@ -200,22 +204,27 @@ class FedBuffProtocol:
         self.buffer = [(rec, tau) for rec, tau in self.buffer if rec.seq in keep]
 
     def ready(self, accepted: list) -> bool:
-        if len(accepted) >= self.size:
-            self.buffer = []
-            return True
-        return False
+        """A step is due when C uploads are accepted (a question only: :meth:`stepped` empties
+        the buffer)."""
+        return len(accepted) >= self.size
+
+    def stepped(self) -> None:
+        """The step took the buffer."""
+        self.buffer = []
 
 
 class SyncProtocol:
     """Rounds: sample a cohort, wait for its first ``C`` arrivals, step, repeat."""
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        server = host.scenario.server
-        self.cohort, self.size = server.cohort, server.buffer
+    def __init__(self, cfg: Any, ctx: BuildContext) -> None:
+        self.cohort, self.size = cfg.cohort, ctx.buffer
         self.round: list[Any] = []  # dispatched this round
         self.arrived: list[Any] = []
         self.need = 0
+
+    def attach(self, host: Host) -> None:
+        """The simulation this protocol drives."""
+        self.host = host
         self.waiter = Waiter(host, self.start_round)
 
     def start(self) -> None:
@@ -234,17 +243,14 @@ class SyncProtocol:
         """The open round's cohort (arrived members are no longer in flight)."""
         return self.round
 
-    @staticmethod
-    def referred_seqs(state: SyncState) -> set[int]:
+    def referred_seqs(self, state: SyncState) -> set[int]:
         return set(state.round) | set(state.arrived)
 
-    @staticmethod
-    def undecided_seqs(state: SyncState) -> set[int]:
+    def undecided_seqs(self, state: SyncState) -> set[int]:
         """Arrived uploads of the open round, not yet used by a step."""
         return set(state.arrived)
 
-    @staticmethod
-    def state_problems(state: SyncState, server: Any) -> list[str]:
+    def state_problems(self, state: SyncState) -> list[str]:
         return []
 
     def start_round(self) -> None:
@@ -283,4 +289,7 @@ class SyncProtocol:
 
     def ready(self, accepted: list) -> bool:
         return len(accepted) > 0
+
+    def stepped(self) -> None:
+        pass
 

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 class Counters:
     """What happened to the uploads so far. Every ``updates.csv`` row is counted exactly once:
     ``rows = accepted + dropped_stale + cancelled_late + rejected_nonfinite + rejected_norm +
-    dropped_offline``. Mutable (incremented on the hot path); ``SimState`` holds a copy."""
+    dropped_offline + Σ dropped_declared``; ``dropped_declared``: ``(reason, count)`` of each drop
+    reason the protocol declares besides ``"stale"`` (``ProtocolTraits.drops``), a value replaced
+    on each such drop. Mutable (incremented on the hot path); ``SimState`` holds a copy."""
 
     accepted: int = 0
     dropped_stale: int = 0
@@ -45,6 +47,12 @@ class Counters:
     rejected_norm: int = 0
     dropped_offline: int = 0
     dispatched: int = 0
+    dropped_declared: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def dropped_by_protocol(self) -> int:
+        """Uploads the protocol dropped, for any reason it declares (``"stale"`` included)."""
+        return self.dropped_stale + sum(n for _, n in self.dropped_declared)
 
     @property
     def rejected(self) -> int:
@@ -53,7 +61,7 @@ class Counters:
     @property
     def rows(self) -> int:
         """``updates.csv`` rows these counts account for."""
-        return (self.accepted + self.dropped_stale + self.cancelled_late + self.rejected_nonfinite
+        return (self.accepted + self.dropped_by_protocol + self.cancelled_late + self.rejected_nonfinite
                 + self.rejected_norm + self.dropped_offline)
 
 

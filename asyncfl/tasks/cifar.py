@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import CIFAR10Task, CIFAR100Task
 from asyncfl.datasets.cifar import read_cifar
 from asyncfl.tasks.base import Task
@@ -72,11 +73,13 @@ def _build(cfg: CIFAR10Task, num_clients: int, seed: int, train_files: list[str]
                                torch_seed, classes, batched=False)
 
 
-def build_cifar10(cfg: CIFAR10Task, num_clients: int, seed: int) -> Task:
+def build_cifar10(cfg: CIFAR10Task, ctx: BuildContext) -> Task:
     """Build the cifar10 task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     return _build(cfg, num_clients, seed, [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "labels")
 
 
-def build_cifar100(cfg: CIFAR100Task, num_clients: int, seed: int) -> Task:
+def build_cifar100(cfg: CIFAR100Task, ctx: BuildContext) -> Task:
     """Build the cifar100 task (see module docstring); ``task.labels`` picks fine or coarse labels."""
+    num_clients, seed = ctx.clients, ctx.seed
     return _build(cfg, num_clients, seed, ["train"], ["test"], f"{cfg.labels}_labels")

@@ -17,6 +17,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from torch import nn
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.tasks import DIGITS_CLASSES, DigitsTask
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import Reshape, mlp, non_iid_classifier, task_streams
@@ -42,8 +43,9 @@ def digits_model(kind: str, hidden: int) -> nn.Module:
     )
 
 
-def build_digits(cfg: DigitsTask, num_clients: int, seed: int) -> Task:
+def build_digits(cfg: DigitsTask, ctx: BuildContext) -> Task:
     """Build the digits task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     rng, torch_seed = task_streams(seed)
     x, y = digits_arrays()
     return non_iid_classifier("digits", x, y, cfg, lambda: digits_model(cfg.model, cfg.hidden), num_clients, rng, torch_seed)

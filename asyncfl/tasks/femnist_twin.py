@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import FEMNIST_CLASSES, FEMNIST_MEAN, FEMNIST_STD, IMAGE_SIDE, LEAF_TRAIN_FRACTION, FEMNISTTwinTask
 from asyncfl.datasets.users import UserSelection
 from asyncfl.errors import ScenarioError
@@ -122,8 +123,9 @@ def twin_writers(cfg: FEMNISTTwinTask, num_clients: int, seed: int) -> tuple[lis
     return clients, (np.concatenate([x for x, _ in tests]), np.concatenate([y for _, y in tests]))
 
 
-def build_femnist_twin(cfg: FEMNISTTwinTask, num_clients: int, seed: int) -> Task:
+def build_femnist_twin(cfg: FEMNISTTwinTask, ctx: BuildContext) -> Task:
     """Build the femnist-twin task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     _, torch_seed = task_streams(seed)
     clients, test = twin_writers(cfg, num_clients, seed)
     side = IMAGE_SIDE

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.tasks import GAUSSIAN_TEST_SAMPLES, GaussianMLPTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import cross_entropy, mlp, seeded_model, task_streams
@@ -79,8 +80,9 @@ def label_skewed_data(num_clients: int, dim: int, classes: int, samples_per_clie
     return clients, (test_x, test_y.astype(np.int64)), V
 
 
-def build_gaussian_mlp(cfg: GaussianMLPTask, num_clients: int, seed: int) -> Task:
+def build_gaussian_mlp(cfg: GaussianMLPTask, ctx: BuildContext) -> Task:
     """Build the gaussian-mlp task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     rng, torch_seed = task_streams(seed)
     if cfg.label_alpha is None:
         clients, test, _ = gaussian_mlp_data(num_clients, cfg.dim, cfg.classes, cfg.samples_per_client, rng)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import HFImagesTask
 from asyncfl.datasets.hf import class_count, hold_out, image_arrays, import_hf, load_splits, partition_rows, require_columns, split_of
 from asyncfl.tasks.base import Task
@@ -37,8 +38,9 @@ def _features(x: np.ndarray, cfg: HFImagesTask, mean: np.ndarray | None, std: np
     return out.reshape(len(x), -1)
 
 
-def build_hf_images(cfg: HFImagesTask, num_clients: int, seed: int) -> Task:
+def build_hf_images(cfg: HFImagesTask, ctx: BuildContext) -> Task:
     """Build the hf-images task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     import_hf()  # refuse early, naming the install command
     require_files(cfg)
     _, torch_seed = task_streams(seed)

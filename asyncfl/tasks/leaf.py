@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import FEMNIST_CLASSES, IMAGE_SIDE, FEMNISTTask, ShakespeareTask
 from asyncfl.datasets.leaf import LEAF_CHARACTERS, femnist_arrays, read_leaf, shakespeare_arrays
 from asyncfl.tasks.base import Task
@@ -19,8 +20,9 @@ from asyncfl.tasks.datasets_common import classification_task, require_files
 from asyncfl.tasks.models import CharLSTM, image_model
 
 
-def build_femnist(cfg: FEMNISTTask, num_clients: int, seed: int) -> Task:
+def build_femnist(cfg: FEMNISTTask, ctx: BuildContext) -> Task:
     """Build the femnist task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     require_files(cfg)
     _, torch_seed = task_streams(seed)
     clients, test = read_leaf(Path(cfg.path).expanduser(), femnist_arrays, num_clients, seed, cfg.min_samples)
@@ -30,8 +32,9 @@ def build_femnist(cfg: FEMNISTTask, num_clients: int, seed: int) -> Task:
                                torch_seed, FEMNIST_CLASSES, batched=cfg.model == "mlp")
 
 
-def build_shakespeare(cfg: ShakespeareTask, num_clients: int, seed: int) -> Task:
+def build_shakespeare(cfg: ShakespeareTask, ctx: BuildContext) -> Task:
     """Build the shakespeare task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     require_files(cfg)
     _, torch_seed = task_streams(seed)
     clients, test = read_leaf(Path(cfg.path).expanduser(), shakespeare_arrays, num_clients, seed, cfg.min_samples)

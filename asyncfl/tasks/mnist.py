@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import IMAGE_SIDE, MNISTTask
 from asyncfl.datasets.files import refuse
 from asyncfl.datasets.idx import read_idx_images, read_idx_labels
@@ -24,8 +25,9 @@ def _present(root: Path, names: tuple[str, ...]) -> Path:
     return next((root / n for n in names if (root / n).exists()), root / names[0])
 
 
-def build_mnist(cfg: MNISTTask, num_clients: int, seed: int) -> Task:
+def build_mnist(cfg: MNISTTask, ctx: BuildContext) -> Task:
     """Build the mnist task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     require_files(cfg)
     rng, torch_seed = task_streams(seed)
     root, files, classes = Path(cfg.path).expanduser(), cfg.file_alternatives(), cfg.classes()

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.tasks import MNIST1D_CLASSES, MNIST1D_LENGTH, MNIST1DTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import Reshape, cross_entropy, dirichlet_split, mlp, seeded_model, task_streams
@@ -93,8 +94,9 @@ def mnist1d_model(kind: str, hidden: int) -> nn.Module:
     )
 
 
-def build_mnist1d(cfg: MNIST1DTask, num_clients: int, seed: int) -> Task:
+def build_mnist1d(cfg: MNIST1DTask, ctx: BuildContext) -> Task:
     """Build the mnist1d task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     rng, torch_seed = task_streams(seed)
     data = canonical_arrays(cfg.samples)
     parts = dirichlet_split(data.y, num_clients, cfg.dirichlet_alpha, rng)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.errors import ScenarioError
 from asyncfl.config.tasks import QuadraticTask
 from asyncfl.tasks.base import ClientData, QuadraticForm, Task
@@ -46,8 +47,9 @@ def random_quadratic_data(num_clients: int, dim: int, samples_per_client: int, n
     return clients, test, thetas
 
 
-def build_quadratic(cfg: QuadraticTask, num_clients: int, seed: int) -> Task:
+def build_quadratic(cfg: QuadraticTask, ctx: BuildContext) -> Task:
     """Build the quadratic task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     rng, torch_seed = task_streams(seed)
     if cfg.problem == "seed-1d":
         if num_clients != 2:

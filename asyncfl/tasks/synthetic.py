@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.tasks import SYNTHETIC_MAX_SAMPLES, SYNTHETIC_TRAIN_FRACTION, SyntheticTask
 from asyncfl.tasks.base import ClientData, Task
 from asyncfl.tasks.common import cross_entropy, mlp, seeded_model, task_streams
@@ -66,8 +67,9 @@ def synthetic_devices(num_devices: int, alpha: float, beta: float, dim: int, cla
     return devices
 
 
-def build_synthetic(cfg: SyntheticTask, num_clients: int, seed: int) -> Task:
+def build_synthetic(cfg: SyntheticTask, ctx: BuildContext) -> Task:
     """Build Synthetic(α, β) with one device per client (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     rng, torch_seed = task_streams(seed)
     devices = synthetic_devices(num_clients, cfg.alpha, cfg.beta, cfg.dim, cfg.classes, rng)
     clients, test_x, test_y = [], [], []

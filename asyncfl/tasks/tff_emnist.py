@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from asyncfl.components.contracts import BuildContext
 from asyncfl.config.datasets import IMAGE_SIDE, TFFEMNISTTask
 from asyncfl.datasets.files import refuse
 from asyncfl.datasets.hdf5 import import_h5py, read_h5_users
@@ -35,8 +36,9 @@ def _arrays(path: Path, user: str, pixels: np.ndarray, label: np.ndarray, classe
     return x, y
 
 
-def build_tff_emnist(cfg: TFFEMNISTTask, num_clients: int, seed: int) -> Task:
+def build_tff_emnist(cfg: TFFEMNISTTask, ctx: BuildContext) -> Task:
     """Build the tff-emnist task (see module docstring)."""
+    num_clients, seed = ctx.clients, ctx.seed
     import_h5py()  # refuse early, naming the install command
     require_files(cfg)
     _, torch_seed = task_streams(seed)

@@ -36,3 +36,11 @@ class ClippedSGDConfig(Section):
     """``[client]`` key of ``clipped-sgd``: the norm every gradient is clipped to."""
 
     grad_clip: Annotated[float, Field(gt=0)] = 1.0
+
+
+class DeadlineConfig(Section):
+    """``[server]`` keys of the ``deadline`` protocol: ``concurrency`` K (default min(N, 10)) and
+    the training ``deadline`` in virtual time units (an upload that took longer is dropped)."""
+
+    concurrency: Annotated[int, Field(ge=1)] | None = None
+    deadline: Annotated[float, Field(gt=0)] = 2.0

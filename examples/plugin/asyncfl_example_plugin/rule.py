@@ -25,7 +25,7 @@ class ClippedMomentum(ServerRule):
         self.beta, self.tau = beta, tau
 
     @classmethod
-    def from_config(cls, cfg) -> "ClippedMomentum":
+    def from_config(cls, cfg, ctx) -> "ClippedMomentum":
         return cls(cfg.beta, cfg.clip_tau)
 
     def init(self, theta: torch.Tensor) -> ClippedTrace:

@@ -3,7 +3,7 @@ mini-batches as asyncfl's SGD (docs/extending.md §4)."""
 
 import torch
 
-from asyncfl import LocalJob, LocalSolver, Task, batch_schedule
+from asyncfl import LocalJob, LocalSolver, Task, batch_schedule, returns
 
 
 class ClippedSGD(LocalSolver):
@@ -26,3 +26,4 @@ class ClippedSGD(LocalSolver):
 
 
 SOLVER = ClippedSGD()
+build = returns(SOLVER)  # the component's builder, build(cfg, ctx) -> SOLVER

@@ -18,8 +18,9 @@ class SmallCNN(torch.nn.Module):
         return self.head(torch.relu(self.conv(x)).flatten(-3))
 
 
-def build(cfg, num_clients: int, seed: int) -> Task:
-    """One client per writer of the file (the first ``num_clients`` writers), a CNN seeded by ``seed``."""
+def build(cfg, ctx) -> Task:
+    """One client per writer of the file (the first ``ctx.clients`` writers), a CNN seeded by ``ctx.seed``."""
+    num_clients, seed = ctx.clients, ctx.seed
     path = Path(cfg.path)
     if not path.is_file():
         raise ScenarioError([f"task.path = {cfg.path!r}: no such file (make one with make_data.py)"])
