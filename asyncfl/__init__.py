@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from asyncfl.version import __version__
 
 #: every public name and the module that defines it
 PUBLIC: dict[str, str] = {

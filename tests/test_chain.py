@@ -33,7 +33,7 @@ from asyncfl.run.bias_report import own_bias
 from asyncfl.run.runner import run_to_dir_blocking
 from asyncfl.server.aggregation import Aggregate
 from asyncfl.server.chain import Chain, ChainState, Clip, clip_by_norm
-from asyncfl.server.compose import make_rule
+from asyncfl.compose import build_rule as make_rule
 from asyncfl.server.ma import MALight
 from asyncfl.server.rules import Momentum, Nesterov, TraceState
 

@@ -17,7 +17,7 @@ from asyncfl.clients.fleet import draw_speeds
 from asyncfl.components.registry import unregister
 from asyncfl.config import scenario as sc
 from asyncfl.run.runner import run_to_dir_blocking
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 from conftest import make_raw
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
@@ -50,7 +50,7 @@ def test_a_latency_model_sees_each_clients_index_speed_and_samples(example, tmp_
         rows = sorted(csv.DictReader(f), key=lambda r: int(r["dispatch"]))
     streams = rngmod.make_streams(s.seed)
     speeds = draw_speeds(s.population, streams["speed"])
-    samples = [len(c) for c in Simulation(s).task.clients]
+    samples = [len(c) for c in build_simulation(s).task.clients]
     assert len(set(samples)) > 5
     latency = streams["latency"]
     expected = {}
@@ -70,7 +70,7 @@ def test_a_latency_model_sees_each_clients_index_speed_and_samples(example, tmp_
 
 def test_an_availability_model_sees_the_clients_speeds(example, tmp_path):
     s = scenario(**{"population.availability": "slow-half-offline", "population.offline_period": 10.0})
-    sim = Simulation(s)
+    sim = build_simulation(s)
     speeds, schedule = sim.fleet.speeds, sim.fleet.availability
     slow = speeds > np.median(speeds)
     assert slow.any() and (~slow).any()
@@ -78,7 +78,7 @@ def test_an_availability_model_sees_the_clients_speeds(example, tmp_path):
         online = np.mean([schedule.online(k, x) for x in np.linspace(0, 100, 2001)])
         assert online == pytest.approx(0.5 if slow[k] else 1.0, abs=0.02), k
     s_plain = s.replace(**{"population.availability": "always"})
-    assert np.array_equal(Simulation(s_plain).fleet.speeds, speeds)  # the same speed stream
+    assert np.array_equal(build_simulation(s_plain).fleet.speeds, speeds)  # the same speed stream
     run_to_dir_blocking(s, tmp_path / "run")
     with (tmp_path / "run" / "updates.csv").open(newline="") as f:
         for r in csv.DictReader(f):

@@ -30,7 +30,7 @@ from asyncfl.privacy import accounting, allocation
 from asyncfl.privacy.accountants import Releases
 from asyncfl.privacy.allotment import ALLOTMENT_KEY, Allotment
 from asyncfl.records import MemorySink
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 from conftest import make_raw, through_file
 from test_privacy_schema import run_until
 
@@ -101,14 +101,14 @@ def test_uploads_satisfy_the_allotment_exactly_across_a_resume(k, extra, protoco
     raw = alloc_raw(n=n, k=k, t=t, protocol=protocol, buffer=buffer, steps=steps)
     raw["seed"] = seed
     scenario = sc.validate(raw)
-    first = Simulation(scenario, sink=MemorySink())
+    first = build_simulation(scenario, sink=MemorySink())
     try:
         interrupted = run_until(first, stop)
     except SimulationStalled:  # a step could not fill from its allotted clients: a clean stop
         interrupted = False
     rows = list(first.sink.updates)
     if interrupted:
-        second = Simulation(scenario, sink=MemorySink())
+        second = build_simulation(scenario, sink=MemorySink())
         second.restore(through_file(first.state()))
         try:
             run_until(second, None)
@@ -123,7 +123,7 @@ def test_uploads_satisfy_the_allotment_exactly_across_a_resume(k, extra, protoco
 
 def test_a_late_upload_is_dropped_not_counted_against_a_later_step():
     # exponential latencies, K = 2C: half of every step's dispatches arrive after it was taken
-    sim = Simulation(sc.validate(alloc_raw(n=40, k=1, t=2, buffer=3, in_flight=8, steps=6)), sink=MemorySink())
+    sim = build_simulation(sc.validate(alloc_raw(n=40, k=1, t=2, buffer=3, in_flight=8, steps=6)), sink=MemorySink())
     run_until(sim, None)
     rows = list(sim.sink.updates)
     late = [r for r in rows if r.reason == "unallotted"]

@@ -22,7 +22,7 @@ from asyncfl.errors import ParticipationCapReached, ScenarioError
 from asyncfl.privacy import budget, per_client
 from asyncfl.privacy.accountants import Releases
 from asyncfl.records import MemorySink
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 from conftest import make_raw
 from test_privacy_schema import run_until
 
@@ -45,7 +45,7 @@ def budget_raw(eps_max: float, n: int = 16, steps: int = 10) -> dict:
 
 def test_no_client_exceeds_its_budget_and_the_summary_says_who_retired_when():
     scenario = sc.validate(budget_raw(3.5))
-    sim = Simulation(scenario, sink=MemorySink())
+    sim = build_simulation(scenario, sink=MemorySink())
     k_b = sim.privacy_setup.budget_participations
     assert k_b == budget.budget_participations(lambda k: (Releases(k), 2.0), 3.5, 1e-6, "pld", 10) and k_b >= 1
     run_until(sim, None)
@@ -62,7 +62,7 @@ def test_no_client_exceeds_its_budget_and_the_summary_says_who_retired_when():
 
 def test_a_budget_that_empties_the_population_stops_the_run_clearly():
     # k_B = 1 (σ = 2: one participation ε ≈ 2.1, two ≈ 3.1) and 16 clients for 10 steps of 2
-    sim = Simulation(sc.validate(budget_raw(2.5)), sink=MemorySink())
+    sim = build_simulation(sc.validate(budget_raw(2.5)), sink=MemorySink())
     assert sim.privacy_setup.budget_participations == 1
     with pytest.raises(ParticipationCapReached, match=r"privacy.client_budget = 2.5: \d+ of population.clients = 16"):
         run_until(sim, None)

@@ -23,7 +23,7 @@ from asyncfl.cli.main import main as cli_main
 from asyncfl.config import scenario as sc
 from asyncfl.privacy import tradeoff
 from asyncfl.privacy.accountants import Releases
-from asyncfl.sim.engine import Simulation
+from asyncfl.compose import build_simulation
 from conftest import make_raw
 
 
@@ -62,7 +62,7 @@ def private_scenario() -> sc.Scenario:
 
 
 def test_a_private_summary_reports_the_run_and_its_busiest_client():
-    setup = Simulation(private_scenario()).privacy_setup
+    setup = build_simulation(private_scenario()).privacy_setup
     report = privacy.summary(setup, np.array([0, 1, 4, 2]))["tradeoff"]
     assert report["fpr"] == [1e-3, 1e-2, 1e-1]
     for alpha in report["fpr"]:

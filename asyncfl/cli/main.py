@@ -19,7 +19,7 @@ import argparse
 import shlex
 import sys
 
-from asyncfl import __version__
+from asyncfl.version import __version__
 from asyncfl.cli.commands import COMMANDS, add_commands
 from asyncfl.components.allow import allow_modules
 from asyncfl.cli.console import fault, warn

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from asyncfl import __version__
+from asyncfl.version import __version__
 from asyncfl.components.core import Origin
 
 #: at most this many files are hashed for one component (a larger package is recorded as such)

@@ -22,12 +22,24 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-if TYPE_CHECKING:  # accountants imports this module (lazily) to account allocated releases
+if TYPE_CHECKING:
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
-    from asyncfl.privacy.accountants import Releases
+
+class Releases(Protocol):
+    """What this module reads of :class:`asyncfl.privacy.accountants.Releases` (which imports
+    this module to account allocated releases: described here, not imported, so no circle)."""
+
+    count: int
+    window: int | None
+    windows: int
+
+    @property
+    def allocated(self) -> bool: ...
+
+    def describe(self) -> str: ...
 
 #: the width of pld-accounting's loss grid (its ``loss_discretization``): at σ = 1, 1 of 10 steps,
 #: 0.1 gives ε = 2.664 against 2.658 at 0.05, at half the cost (docs/privacy.md §13)

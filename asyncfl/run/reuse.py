@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from asyncfl import __version__
+from asyncfl.version import __version__
 from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import RunDirError

@@ -47,7 +47,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from asyncfl import __version__
+from asyncfl.version import __version__
 from asyncfl.config.files import MAX_JSON_BYTES, open_limited, read_limited
 from asyncfl.errors import RunDirError
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, UpdateRow
