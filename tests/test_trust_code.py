@@ -72,7 +72,7 @@ class LabSGD:
     """m_t = r_t, written by a lab."""
 
     @classmethod
-    def from_config(cls, cfg=None):
+    def from_config(cls, cfg=None, ctx=None):
         return cls()
 
     def init(self, theta):
@@ -394,19 +394,19 @@ class FixedLatency(Section):
     value: float = 2.0
 
 
-def fixed_latencies(scenario: Any, task: Any) -> np.ndarray:
-    """``profiles`` mode, as documented: ``build(scenario, task) -> array``, one per client."""
-    return np.full(scenario.population.clients, scenario.latency.value)
+def fixed_latencies(cfg: Any, ctx: Any) -> np.ndarray:
+    """``profiles`` mode in the one builder shape: ``build(cfg, ctx) -> array``, one per client."""
+    return np.full(ctx.clients, cfg.value)
 
 
-def test_a_profiles_latency_and_an_executor_plugin_run_with_their_documented_shapes(tmp_path: Path) -> None:
+def test_a_profiles_latency_and_an_executor_plugin_run_with_the_one_builder_shape(tmp_path: Path) -> None:
     from asyncfl.compute.executors import InlineExecutor
 
     seen = []
 
-    def build_executor(task, client_cfg, solver, run_cfg, recipe):  # documented: 5 arguments
-        seen.append(run_cfg.executor)
-        return InlineExecutor(task, client_cfg, solver)
+    def build_executor(cfg, ctx):  # ctx: ExecutorContext (task, client, solver, run, recipe)
+        seen.append(ctx.run.executor)
+        return InlineExecutor(ctx.task, ctx.client, ctx.solver)
 
     parts = asyncfl.register(
         asyncfl.Component("latency", "trust-fixed", fixed_latencies, FixedLatency, LatencyTraits(mode="profiles")),
@@ -431,7 +431,7 @@ def test_a_protocol_without_resolve_is_answered_cleanly() -> None:
                              ProtocolTraits(in_flight_key="concurrency", stale=True))
     asyncfl.register(bare)
     try:
-        with pytest.raises(ScenarioError, match="server.buffer: server.protocol = 'trust-bare' derives no default"):
+        with pytest.raises(ScenarioError, match="server.buffer = None: server.protocol = 'trust-bare' needs a positive integer"):
             make_scenario({"server.protocol": "trust-bare", "server.buffer": None, "server.concurrency": None})
         scenario = make_scenario({"server.protocol": "trust-bare", "server.buffer": 3, "server.concurrency": 8})
         assert scenario.server.buffer == 3

@@ -233,7 +233,10 @@ class Registry:
             raise UnknownComponent(f"{info.field} = {shown}: importing {attribute!r} from the allowed module {module!r} "
                                    f"failed ({type(exc).__name__}: {_clip(str(exc))})") from None
         found = _component_of(obj, kind, shown)
-        return self.register(replace(found, name=name), origin=origin_of_module(module))
+        try:
+            return self.register(replace(found, name=name), origin=origin_of_module(module))
+        except (TypeError, ValueError) as exc:  # a builder of another shape, a name taken: said, not raised
+            raise UnknownComponent(f"{info.field} = {shown}: {exc}") from None
 
 
 def _clip(text: str, limit: int = 200) -> str:
