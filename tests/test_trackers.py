@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from asyncfl.components import allow
 from asyncfl.config import scenario as sc
 from asyncfl.errors import ScenarioError
 from asyncfl.run.runner import resume_dir_blocking, run_to_dir_blocking
@@ -146,7 +147,16 @@ class Exploding(Tracker):
             raise RuntimeError("the tracking server went away")
 
 
-def test_a_tracker_failing_mid_run_never_costs_the_run_its_files(tmp_path, capsys):
+@pytest.fixture
+def allowed(monkeypatch):
+    """Modules allowed for 'module:attribute' trackers in this test only (docs/extending.md §3)."""
+    monkeypatch.delenv(allow.ENV, raising=False)
+    yield allow.allow_modules
+    allow.reset()
+
+
+def test_a_tracker_failing_mid_run_never_costs_the_run_its_files(tmp_path, capsys, allowed):
+    allowed("test_trackers")
     store, out, plain = tmp_path / "mlruns", tmp_path / "run", tmp_path / "plain"
     s = run_to_dir_blocking(scenario(["test_trackers:Exploding", "mlflow"], mlflow_keys(store)), out)
     assert s["status"] == "completed"
@@ -161,7 +171,7 @@ def test_a_tracker_failing_mid_run_never_costs_the_run_its_files(tmp_path, capsy
     assert len(client.get_metric_history(found.info.run_id, "loss")) == 6
 
 
-def test_trackers_are_checked_before_anything_is_written(tmp_path):
+def test_trackers_are_checked_before_anything_is_written(tmp_path, allowed):
     with pytest.raises(ScenarioError) as exc:
         scenario(["mlfow"], {"mlflow": {"tracking_uri": "x"}})
     assert exc.value.problems == [
@@ -169,6 +179,9 @@ def test_trackers_are_checked_before_anything_is_written(tmp_path):
         "run.tracker.mlflow: keys of a tracker run.trackers does not name (mlfow)"]
     with pytest.raises(ScenarioError, match=r"run.tracker.wandb.mode = 'cloud'"):
         scenario(["wandb"], {"wandb": {"mode": "cloud"}})
+    with pytest.raises(ScenarioError, match="names code in the module 'os', which asyncfl does not import unless you allow it"):
+        run_to_dir_blocking(scenario(["os:abort"]), tmp_path / "run")  # a scenario runs no code the user did not allow
+    allowed("conftest")
     with pytest.raises(ScenarioError, match="not a subclass of asyncfl.run.tracking.Tracker"):
         run_to_dir_blocking(scenario(["conftest:make_raw"]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
