@@ -69,8 +69,8 @@ def band_of(by_staleness: np.ndarray, exponent: float, buffer: int) -> np.ndarra
     nonzero = np.flatnonzero(counts.any(axis=0)) if T else np.zeros(0, dtype=int)
     width = int(nonzero[-1]) + 1 if nonzero.size else 1
     rows = weight_row(counts[:, :width], buffer, exponent)
-    k = np.arange(width)
-    return np.where(k[None, :] <= np.arange(T)[:, None], rows, 0.0)
+    rows[np.arange(width)[None, :] > np.arange(T)[:, None]] = 0.0  # in place: versions before 1
+    return rows
 
 
 def lower_band_storage(B: np.ndarray) -> np.ndarray:
@@ -516,8 +516,11 @@ def _banded_report(by_staleness: np.ndarray, exponent: float, buffer: int, beta:
     B = band_of(counts, exponent, buffer)
     B_view = B if seen is None else band_of(seen, exponent, buffer)
     T, width = B.shape
-    cnt = np.where(np.arange(width)[None, :] <= np.arange(T)[:, None], counts[:, :width], 0.0)
-    noise_rows = np.divide(B * B, cnt, out=np.zeros_like(B), where=cnt > 0).sum(axis=1)
+    # Σ_s W[t,s]² / C_{t,s} over C > 0; W ≠ 0 exactly where C > 0 (and the version exists)
+    noise = B * B
+    np.divide(noise, counts[:, :width], out=noise, where=B != 0)
+    noise_rows = noise.sum(axis=1)
+    del noise, counts
     m_lags = target_lags(kind, beta, T + 1)
     identity = np.zeros(T + 1)
     identity[0] = 1.0
