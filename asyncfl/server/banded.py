@@ -41,10 +41,9 @@ What is exact and what is not:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
-import scipy.linalg
 import scipy.linalg.blas
 import scipy.linalg.lapack
 from threadpoolctl import threadpool_limits
@@ -199,7 +198,6 @@ def light_rows(B: np.ndarray, kind: TargetKind, beta: float) -> tuple[np.ndarray
     :func:`asyncfl.server.ma.light_recursion`, with ``b_{t−1} = Wᵀ ã_{t−1}`` kept over the band and
     its older columns as two sums (``‖b‖²`` and ``⟨b, M_t⟩`` there)."""
     T, width = B.shape
-    bw = width - 1
     m_lags = target_lags(light_fit_kind(kind), beta, T + 1)
     uv = np.zeros((T, 2))
     bvec = np.zeros(T)
