@@ -25,8 +25,10 @@ The estimate (bytes) is the sum of these parts, each from the resolved scenario 
   read back for ``bias.json``): ``96·T·C``; the step times and the staleness since the last
   evaluation (``40·T + 36·E·C``, ``E`` = ``run.eval_every``); with privacy the noisy counts
   ``ĉ_τ``, dense by nature (``L`` = max_staleness + 1 float64 a step, held and read back:
-  ``16·T·L``); the bias report of the first ``T' = min(T, 2000)`` steps (``BIAS_MATRICES``
-  ``T'×T'`` float64, twice with privacy; stale protocols only). The rules' own records
+  ``16·T·L``); the bias report, on the band of ``W`` (``BIAS_BAND_ARRAYS`` ``T × L`` float64 and
+  ``BIAS_ROW_BYTES`` a step for its per-row lists, twice with privacy; stale protocols only), or,
+  where MA-full's coefficients are computed offline with ``λ = 0``, the dense report of the
+  first ``T' = min(T, 2000)`` steps (``BIAS_MATRICES`` ``T'×T'`` float64). The rules' own records
   (MA-full's ``a_t``) are their ``memory`` traits'. A scenario whose records exceed
   :data:`RECORDS_WARN_BYTES` is run, with a warning naming the keys (:func:`record_warning`);
 * **the population** — ``POPULATION_BYTES_PER_CLIENT`` = 9 per client (a float64 speed and a
@@ -74,6 +76,11 @@ STEP_TIME_BYTES, EVAL_STALENESS_BYTES = 40, 36
 #: holds at its peak (W, M, the coefficient matrices, their products: 9.3–9.5 measured with
 #: tracemalloc at T' = 200 and 400), twice with privacy (a second report on the noisy Ŵ)
 BIAS_REPORT_STEPS, BIAS_MATRICES = 2000, 12
+#: the banded report (asyncfl.server.banded): ``T × L`` float64 arrays at its peak (the counts, the
+#: band of W, its band storage, MA-full's Cholesky band, the noise weights and their temporaries:
+#: 70 MB measured with tracemalloc at T = 20 000, L = 31, i.e. about 14 such arrays with the rows),
+#: and per step the per-row lists of bias.json (five lists of Python floats) and the streams' arrays
+BIAS_BAND_ARRAYS, BIAS_ROW_BYTES = 8, 600
 #: per-step records above this are run with a warning (``asyncfl run`` and ``validate`` print it)
 RECORDS_WARN_BYTES = 500_000_000
 POPULATION_BYTES_PER_CLIENT = 9
@@ -133,10 +140,19 @@ def record_parts(scenario: Scenario) -> list[Part]:
         parts.append(Part("per-step noisy staleness counts (privacy)", 2 * 8 * T * typical_staleness_columns(scenario),
                           ("run.steps", "server.max_staleness"), record=True))
     if scenario.component("protocol").traits.stale:
-        analysed = min(T, BIAS_REPORT_STEPS)
         reports = 2 if scenario.privacy.enabled else 1  # with privacy, a second report on the noisy Ŵ
-        parts.append(Part("the bias report's matrices (bias.json)", reports * BIAS_MATRICES * 8 * analysed * analysed,
-                          ("run.steps",), record=True))
+        if getattr(server, "ma_ridge", None) == 0 and scenario.component("rule").traits.coefficients != "full":
+            analysed = min(T, BIAS_REPORT_STEPS)  # offline MA-full with λ = 0: the dense report
+            parts.append(Part("the bias report's matrices (bias.json)", reports * BIAS_MATRICES * 8 * analysed * analysed,
+                              ("run.steps", "server.ma_ridge"), record=True))
+        else:
+            # the band is as wide as the staleness observed (about K/C, counted 4K/C + 1 as for the
+            # unbounded counts), never the configured bound, and never wider than the run
+            protocol = scenario.component("protocol").traits
+            in_flight = getattr(server, protocol.in_flight_key) or 1
+            L = min(T, typical_staleness_columns(scenario), 4 * math.ceil(in_flight / C) + 1)
+            parts.append(Part("the bias report's band of W (bias.json)",
+                              reports * (BIAS_BAND_ARRAYS * 8 * L + BIAS_ROW_BYTES) * T, ("run.steps", "server.max_staleness"), record=True))
     return parts
 
 

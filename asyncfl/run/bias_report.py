@@ -11,8 +11,12 @@ With privacy, the server only saw the noisy estimate ``Ŵ`` (the post-processed
 would have done — and their bias is measured against the exact ``W`` (the top-level keys) and
 against ``Ŵ`` (``noisy_w``).
 
-Runs longer than :data:`MAX_ANALYSED_STEPS` are analysed on their first steps (``W`` is lower
-triangular, so the leading block is self-contained); ``steps_analysed`` says how many.
+Every step is analysed, on the band of ``W`` (:mod:`asyncfl.server.banded`: time and memory
+``O(T × staleness window)``; ``ma_full_truncation`` states the one approximation). Only where
+MA-full's coefficients must be computed offline with ``λ = 0`` is the dense report used, on the
+first :data:`MAX_ANALYSED_STEPS` steps (``W`` is lower triangular, so the leading block is
+self-contained); ``steps_analysed`` says how many. The heat maps draw the first
+:data:`HEATMAP_STEPS` steps.
 
 The report also holds the ``floor`` (the bias of MA-full with ``λ = 0`` and no window, the lowest
 any weighting of the aggregates can reach on this ``W``; docs/server-rules.md §7) and
@@ -36,14 +40,17 @@ from asyncfl.config.server import MAFullConfig
 from asyncfl.errors import RunDirError
 from asyncfl.privacy.mechanism import postprocess_counts
 from asyncfl.run.counts_file import read_counts
-from asyncfl.run.rundir import read_csv, write_json
+from asyncfl.run.rundir import csv_columns, write_json
 from asyncfl.server.aggregation import weight_matrix
+from asyncfl.server.banded import banded_report
 from asyncfl.server.bias import bias_report
 from asyncfl.server.imbalance import participation_summary
 from asyncfl.server.ma import coefficient_matrix_full, light_recursion, target_matrix
 from asyncfl.staleness_counts import StalenessCounts
 
-MAX_ANALYSED_STEPS = BIAS_REPORT_STEPS  # the memory estimate counts the report's matrices at this size
+MAX_ANALYSED_STEPS = BIAS_REPORT_STEPS  # the dense report's steps (offline MA-full with λ = 0 only)
+#: steps drawn in ``bias_heatmaps.png`` (dense ``T'×T'`` panels: more would not be visible)
+HEATMAP_STEPS = 400
 RULE_KEYS = ("none", "momentum", "ma_full", "ma_light")
 
 
@@ -101,11 +108,15 @@ def read_run_counts(run_dir: str | Path) -> tuple[scenario_mod.Scenario, Stalene
     return scenario, counts, arrays
 
 
-def leading_counts(counts: StalenessCounts, steps: int) -> np.ndarray:
+def leading_counts(counts: StalenessCounts, steps: int, observed: bool = False) -> np.ndarray:
     """``by_staleness[:steps, :min(L, steps)]``: all that the leading ``steps × steps`` block of
     ``W`` depends on (``W[t, t−τ]`` with ``1 ≤ t − τ``, so ``τ < steps`` there), without
-    densifying the ``L = max_staleness + 1`` columns of the whole record."""
-    return counts.dense(0, steps, min(counts.width, max(steps, 1)))
+    densifying the ``L = max_staleness + 1`` columns of the whole record; ``observed``: only up
+    to the largest staleness seen (the band of ``W``)."""
+    width = min(counts.width, max(steps, 1))
+    if observed:
+        width = min(width, len(counts.histogram(0, steps)))
+    return counts.dense(0, steps, width)
 
 
 def seen_counts(scenario: scenario_mod.Scenario, records: StalenessCounts, arrays: dict[str, np.ndarray],
@@ -140,13 +151,13 @@ def participation_counts(path: Path, clients: int) -> np.ndarray:
     """Accepted uploads per client (length ``clients``, zeros included) from ``updates.csv``; a
     row naming a client outside ``0 … clients−1`` is a RunDirError naming the file."""
     counts = np.zeros(clients, dtype=np.int64)
-    for i, row in enumerate(read_csv(path), start=2):
-        if row.get("accepted") != "true":
+    for i, (accepted, client) in csv_columns(path, ("accepted", "client")):
+        if accepted != "true":
             continue
         try:
-            k = int(row["client"])
-        except (KeyError, TypeError, ValueError):
-            raise RunDirError(f"{path}: line {i}: client {row.get('client')!r} is not an integer") from None
+            k = int(client)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise RunDirError(f"{path}: line {i}: client {client!r} is not an integer") from None
         if not 0 <= k < clients:
             raise RunDirError(f"{path}: line {i}: client {k} is outside 0 … {clients - 1} (population.clients = {clients})")
         counts[k] += 1
@@ -154,6 +165,52 @@ def participation_counts(path: Path, clients: int) -> np.ndarray:
 
 
 def bias_of_records(scenario: scenario_mod.Scenario, records: StalenessCounts, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The report on every step of the run, computed on the band of ``W``
+    (:func:`asyncfl.server.banded.banded_report`, docs/server-rules.md §7.1); the dense
+    computation on the first :data:`MAX_ANALYSED_STEPS` steps only where MA-full's coefficients
+    must be computed offline with ``λ = 0`` (min-norm least squares, no banded form)."""
+    server = scenario.server
+    kind, beta, ridge, window = analysis_of(scenario)
+    recorded = scenario.component("rule").traits.coefficients
+    coefficients = arrays.get("coefficients")
+    if ridge == 0 and not (coefficients is not None and recorded == "full"):
+        return dense_bias_of_records(scenario, records, arrays)
+    T = records.steps
+    if T == 0:
+        raise RunDirError("the run has no completed server step: nothing to analyse")
+    counts = leading_counts(records, T, observed=True)
+    seen = seen_counts(scenario, records, arrays, T)
+    p, C = server.staleness_exponent, server.buffer
+    used_full = used_light = None
+    if coefficients is not None and recorded == "full":
+        used_full = coefficients[:T, :T]
+    if coefficients is not None and recorded == "pair":
+        used_light = coefficients[:T, :2]
+    common = dict(exponent=p, buffer=C, beta=beta, kind=kind, ridge=ridge, window=window,
+                  used_light=used_light, used_full=used_full, seen=seen)
+    report = banded_report(counts, **common)
+    out: dict[str, Any] = {key: report[key] for key in RULE_KEYS}
+    out["floor"] = report["floor"]  # MA-full with λ = 0: the lowest bias any rule can reach on this W
+    for key in ("scale_free", "best_scale", "sampling_noise"):  # docs/server-rules.md §7
+        out[key] = report[key]
+    out["identity_w"] = report["identity_w"]
+    out["amplification"] = report["amplification"]
+    out["per_row"] = report["per_row"]
+    if used_light is not None or seen is not None:
+        out["a_light"] = report["a_light"]
+    if seen is not None:
+        noisy = banded_report(seen, **common, floor=False)  # fitted on Ŵ, measured on Ŵ
+        out["noisy_w"] = {key: noisy[key] for key in RULE_KEYS}
+    out.update(rule=server.rule, target=kind, beta=beta, staleness_exponent=p, buffer=C,
+               ma_ridge=ridge, ma_window=window, steps_analysed=T,
+               steps=records.steps, ma_full_truncation=report["ma_full_truncation"])
+    return out
+
+
+def dense_bias_of_records(scenario: scenario_mod.Scenario, records: StalenessCounts, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The dense report (:func:`asyncfl.server.bias.bias_report`) on the first
+    :data:`MAX_ANALYSED_STEPS` steps: ``W`` is lower triangular, so the leading block is
+    self-contained. Used where no banded form exists (offline MA-full with ``λ = 0``)."""
     server = scenario.server
     T = min(records.steps, MAX_ANALYSED_STEPS)
     if T == 0:
@@ -200,12 +257,12 @@ def bias_of_records(scenario: scenario_mod.Scenario, records: StalenessCounts, a
 
 def heatmap_matrices(run_dir: str | Path) -> dict[str, Any]:
     """What ``bias_heatmaps.png`` draws (:mod:`asyncfl.figures.bias`): the run's exact ``W`` (its
-    first :data:`MAX_ANALYSED_STEPS` steps), the target ``M``, and the ``A`` of MA-full and MA-light
+    first :data:`HEATMAP_STEPS` steps), the target ``M``, and the ``A`` of MA-full and MA-light
     computed on the ``W`` the server saw (``Ŵ`` with privacy), with the scenario."""
     run_dir = Path(run_dir)
     scenario, counts, arrays = read_run_counts(run_dir)
     server = scenario.server
-    T = min(counts.steps, MAX_ANALYSED_STEPS)
+    T = min(counts.steps, HEATMAP_STEPS)
     if T == 0:
         raise RunDirError(f"{run_dir}: the run has no completed server step: nothing to draw")
     W = weight_matrix(leading_counts(counts, T), server.staleness_exponent, server.buffer)

@@ -42,7 +42,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -511,6 +511,18 @@ def read_csv(path: Path) -> list[dict[str, str]]:
     RunDirError otherwise)."""
     with io.TextIOWrapper(open_limited(path, MAX_CSV_BYTES, RunDirError), newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def csv_columns(path: Path, names: tuple[str, ...]) -> Iterator[tuple[int, list[str | None]]]:
+    """``(line number, [the row's value of each of names, None where absent])`` for every row of
+    a CSV file of a run directory, streamed (the checks of :func:`read_csv`): a column read from
+    ``updates.csv`` without holding its rows as dictionaries."""
+    with io.TextIOWrapper(open_limited(path, MAX_CSV_BYTES, RunDirError), newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        where = [header.index(n) if n in header else None for n in names]
+        for line, row in enumerate(reader, start=2):
+            yield line, [row[i] if i is not None and i < len(row) else None for i in where]
 
 
 def read_json(path: Path) -> Any:
