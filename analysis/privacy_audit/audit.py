@@ -36,7 +36,7 @@ from asyncfl.config.scenario import Scenario
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy import accounting
 from asyncfl.server.aggregation import ClientUpdate
-from asyncfl.sim.engine import make_private_aggregator
+from asyncfl.compose import private_aggregator
 from analysis.privacy_audit.bound import epsilon_lower_bound
 
 
@@ -91,7 +91,7 @@ def audit(scenario: Scenario, canaries: int = 4000, guess_fraction: float = 0.1,
     aggregator's noise to check that the audit detects a broken mechanism."""
     if not scenario.privacy.enabled:
         raise ScenarioError([f"{scenario.name}: privacy.enabled is false: nothing to audit"])
-    setup, aggregator = make_private_aggregator(scenario, dim=canaries)
+    setup, aggregator = private_aggregator(scenario, dim=canaries)
     if setup.correlated:
         raise ScenarioError([f"privacy.noise = {setup.noise!r}: the one-run audit covers i.i.d. noise only"])
     aggregator.noise_std *= float(_noise_scale)  # the test-only override (1.0: the scenario's mechanism)
