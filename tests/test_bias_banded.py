@@ -71,6 +71,18 @@ def test_w_identity_gives_zero_bias_and_the_synchronous_noise():
     assert_reports_equal(dense, band)
 
 
+def test_counts_at_stalenesses_beyond_the_run_have_no_column_in_w():
+    """A short private run's noisy counts are non-zero at every staleness up to max_staleness,
+    beyond its T steps too: W (lower-triangular, T × T) has no column for them, and the banded
+    report equals the dense one (which keeps min(L, T) columns)."""
+    T, L = 12, 42
+    counts = np.abs(np.random.default_rng(4).normal(0.5, 1.0, (T, L)))  # noisy, every column non-zero
+    assert banded.band_of(counts, 0.5, 4).shape == (T, T)
+    dense = bias_report(counts, 0.5, 4, 0.9, "momentum", 1e-3)
+    band = banded.banded_report(counts, 0.5, 4, 0.9, "momentum", 1e-3)
+    assert_reports_equal(dense, band)
+
+
 def test_recorded_coefficients_and_a_noisy_view():
     """The run's own coefficients (MA-full's rows, MA-light's pairs) computed on a noisy ``Ŵ`` and
     measured on the exact ``W``, as the report does with privacy."""

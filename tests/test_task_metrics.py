@@ -41,8 +41,9 @@ class MacroConfig(TaskSection):
     name: Literal["macro-toy"] = "macro-toy"
 
 
-def build(cfg, num_clients, seed):
-    torch.manual_seed(seed)
+def build(cfg, ctx):
+    num_clients = ctx.clients
+    torch.manual_seed(ctx.seed)
     g = torch.Generator().manual_seed(0)
     clients = [ClientData(torch.randn(32, 6, generator=g), torch.randint(0, 3, (32,), generator=g)) for _ in range(num_clients)]
     test = ClientData(torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from asyncfl import Component
+from asyncfl import Component, returns
 from asyncfl.components.traits import CountsTraits
 
 
@@ -20,6 +20,9 @@ def exact_counts(c_hat: np.ndarray, C: float, exact: np.ndarray) -> np.ndarray:
     return np.asarray(exact, dtype=np.float64).copy()
 
 
+#: the builder (``build(cfg, ctx)``, docs/extending.md §2): the post-processing above
+build_exact_counts = returns(exact_counts)
+
 #: the component a scenario names as ``analysis.ma_review.oracle:ORACLE_COUNTS``
-ORACLE_COUNTS = Component("counts", "analysis.ma_review.oracle:ORACLE_COUNTS", "analysis.ma_review.oracle:exact_counts",
+ORACLE_COUNTS = Component("counts", "analysis.ma_review.oracle:ORACLE_COUNTS", "analysis.ma_review.oracle:build_exact_counts",
                           traits=CountsTraits(exact=True), summary="analysis oracle: the exact counts (not private)")

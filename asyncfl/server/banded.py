@@ -67,6 +67,9 @@ def band_of(by_staleness: np.ndarray, exponent: float, buffer: int) -> np.ndarra
     T = counts.shape[0]
     nonzero = np.flatnonzero(counts.any(axis=0)) if T else np.zeros(0, dtype=int)
     width = int(nonzero[-1]) + 1 if nonzero.size else 1
+    # W is lower-triangular: a staleness of T or more has no column in it (a private run's noisy
+    # counts are non-zero at every staleness, beyond the run's length too)
+    width = min(width, max(T, 1))
     rows = weight_row(counts[:, :width], buffer, exponent)
     rows[np.arange(width)[None, :] > np.arange(T)[:, None]] = 0.0  # in place: versions before 1
     return rows
