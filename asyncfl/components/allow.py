@@ -21,6 +21,7 @@ figures) never imports, allowed or not: it sees only what is registered. Torch-f
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from contextvars import ContextVar
 from typing import Iterator
@@ -71,6 +72,31 @@ def is_allowed(module: str) -> bool:
     permitted = _allowed | _from_env()
     parts = module.split(".")
     return any(".".join(parts[:i]) in permitted for i in range(1, len(parts) + 1))
+
+
+def refusal(module: str) -> str:
+    """Why a name in ``module`` is not imported, and the three ways to allow it (the one wording of
+    every such refusal: components, trackers)."""
+    return (f"names code in the module {module!r}, which asyncfl does not import unless you allow it (a scenario "
+            f"or a run directory never runs code you did not choose). If you trust it: --allow-module {module} on "
+            f"the command line, {ENV}={module} in the environment, or asyncfl.allow_modules({module!r}) in Python")
+
+
+def load_attribute(module: str, attribute: str) -> object:
+    """``module``'s (dotted) ``attribute``, for a module the caller found :func:`is_allowed`. Any
+    failure — an exception or ``SystemExit`` on import, a missing attribute — is an
+    :class:`ImportError` naming it: reported, never obeyed. Nothing found is called."""
+    try:
+        obj: object = importlib.import_module(module)
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit on import included
+        text = " ".join(str(exc).split())
+        raise ImportError(f"importing {attribute!r} from the allowed module {module!r} failed ({type(exc).__name__}: "
+                          f"{text if len(text) <= 200 else text[:197] + '...'})") from None
+    return obj
 
 
 def reset() -> None:

@@ -20,7 +20,6 @@ Each kind is also seen as a live table (:class:`KindTable`: ``RULES``, ``TASKS``
 from __future__ import annotations
 
 import difflib
-import importlib
 import importlib.metadata
 import threading
 from dataclasses import replace
@@ -214,34 +213,20 @@ class Registry:
             raise UnknownComponent(f"{info.field} = {shown}: unknown {info.label}; a name with ':' must be "
                                    f"'package.module:attribute'. Allowed names: {', '.join(self.names(kind))}")
         if not allow.is_allowed(module):
-            raise UnknownComponent(
-                f"{info.field} = {shown}: names code in the module {module!r}, which asyncfl does not import unless you "
-                f"allow it (a scenario or a run directory never runs code you did not choose). If you trust it: "
-                f"--allow-module {module} on the command line, {allow.ENV}={module} in the environment, or "
-                f"asyncfl.allow_modules({module!r}) in Python")
+            raise UnknownComponent(f"{info.field} = {shown}: {allow.refusal(module)}")
         if info.whole_section:
             raise UnknownComponent(f"{info.field} = {shown}: a {info.label} owns the whole [{info.section}] section and is "
                                    f"named by its own name: register it (asyncfl.register, or an installed package's entry "
                                    f"point) and write {info.field} = its name")
         try:
-            obj: Any = importlib.import_module(module)
-            for part in attribute.split("."):
-                obj = getattr(obj, part)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # SystemExit on import included: reported, never obeyed
-            raise UnknownComponent(f"{info.field} = {shown}: importing {attribute!r} from the allowed module {module!r} "
-                                   f"failed ({type(exc).__name__}: {_clip(str(exc))})") from None
+            obj = allow.load_attribute(module, attribute)
+        except ImportError as exc:
+            raise UnknownComponent(f"{info.field} = {shown}: {exc}") from None
         found = _component_of(obj, kind, shown)
         try:
             return self.register(replace(found, name=name), origin=origin_of_module(module))
         except (TypeError, ValueError) as exc:  # a builder of another shape, a name taken: said, not raised
             raise UnknownComponent(f"{info.field} = {shown}: {exc}") from None
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _short(value: object) -> str:

@@ -75,17 +75,11 @@ def tracker_class(name: str) -> type[Tracker]:
         raise ScenarioError([f"run.trackers = {name!r}: unknown tracker; allowed: {', '.join(TRACKERS)}, or "
                              "'package.module:attribute' naming a Tracker class in a module you allow"])
     if not allow.is_allowed(module):
-        raise ScenarioError([f"run.trackers = {name!r}: names code in the module {module!r}, which asyncfl does not import "
-                             f"unless you allow it: --allow-module {module} on the command line, {allow.ENV}={module} in "
-                             f"the environment, or asyncfl.allow_modules({module!r}) in Python"])
+        raise ScenarioError([f"run.trackers = {name!r}: {allow.refusal(module)}"])
     try:
-        obj: Any = importlib.import_module(module)
-        for part in attribute.split("."):
-            obj = getattr(obj, part)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # SystemExit on import included: reported, never obeyed
-        raise ScenarioError([f"run.trackers = {name!r}: importing it failed ({type(exc).__name__}: {exc})"]) from None
+        obj = allow.load_attribute(module, attribute)
+    except ImportError as exc:
+        raise ScenarioError([f"run.trackers = {name!r}: {exc}"]) from None
     if not (isinstance(obj, type) and issubclass(obj, Tracker)):
         raise ScenarioError([f"run.trackers = {name!r}: not a subclass of asyncfl.run.tracking.Tracker"])
     return obj
