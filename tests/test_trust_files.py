@@ -53,6 +53,7 @@ from asyncfl.run import outdir
 from asyncfl.run.runner import run_to_dir_blocking
 
 from conftest import make_raw, make_scenario
+from test_hostile_commands import scenario_file  # noqa: F401  (the same tiny scenario file, a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,13 +76,6 @@ def snapshot(folder: Path) -> dict[str, str]:
     """SHA-256 of every file under ``folder`` (relative path → digest)."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(Path(folder).rglob("*")) if p.is_file() and p.name != ".asyncfl.lock"}
-
-
-@pytest.fixture
-def scenario_file(tmp_path) -> Path:
-    path = tmp_path / "tiny.toml"
-    path.write_text(tomli_w.dumps(make_raw(**{"run.steps": 6, "run.eval_every": 3})))
-    return path
 
 
 @pytest.fixture
