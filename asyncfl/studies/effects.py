@@ -24,7 +24,7 @@ from scipy import stats
 
 from asyncfl.figures.ci import mean_ci
 
-__all__ = ["Difference", "Interaction", "interaction", "paired_difference"]
+__all__ = ["Difference", "Interaction", "PairedTest", "interaction", "paired_difference", "paired_t"]
 
 
 class Difference(NamedTuple):
@@ -47,6 +47,39 @@ def paired_difference(base: Sequence[float], rule: Sequence[float], confidence: 
         raise ValueError(f"base and rule must be 1-D and pair seed by seed (got {b.shape} and {r.shape})")
     ci = mean_ci((r - b)[np.isfinite(b) & np.isfinite(r)], confidence)
     return Difference(ci.mean, ci.low, ci.high, ci.n)
+
+
+class PairedTest(NamedTuple):
+    """The paired t-test of per-seed differences ``d_i`` (docs/studies.md §9): ``mean`` = d̄, its
+    ``confidence`` interval ``[low, high]``, the statistic ``t = d̄ / (s_d / √n)`` and its two-sided
+    p-value ``2 · P(T_{n−1} ≥ |t|)`` over the ``n`` finite differences (NaN with fewer than two, or
+    when every difference is the same: nothing to test)."""
+
+    mean: float
+    low: float
+    high: float
+    t: float
+    p: float
+    n: int
+
+
+def paired_t(differences: Sequence[float], confidence: float = 0.95) -> PairedTest:
+    """Paired t-test and interval of ``differences`` (one per seed, ``rule − base``; a non-finite
+    entry — a diverged run — is left out): ``d̄ ± t_{(1+c)/2, n−1} · s_d / √n`` and the two-sided
+    p-value of ``H0: E d = 0`` (docs/studies.md §9)."""
+    d = np.asarray(differences, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    n = int(d.size)
+    if n < 2:
+        return PairedTest(float(d.mean()) if n else math.nan, math.nan, math.nan, math.nan, math.nan, n)
+    mean = float(d.mean())
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    if se == 0.0:
+        return PairedTest(mean, math.nan, math.nan, math.nan, math.nan, n)
+    t = mean / se
+    q = float(stats.t.ppf((1 + confidence) / 2, n - 1))
+    p = float(2 * stats.t.sf(abs(t), n - 1))
+    return PairedTest(mean, mean - q * se, mean + q * se, t, p, n)
 
 
 class Interaction(NamedTuple):

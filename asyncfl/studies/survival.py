@@ -180,11 +180,11 @@ def expanded_level(n: int, confidence: float = 0.95) -> float:
 
 def paired_rmst_ratio(base_times: ArrayLike, base_reached: ArrayLike, rule_times: ArrayLike, rule_reached: ArrayLike,
                       horizon: float, *, bounds: tuple[Sequence[tuple[float, float]], Sequence[tuple[float, float]]] | None = None,
-                      interval: str = INTERVALS[0], resamples: int = 19_999, seed: int = 0) -> Comparison:
+                      interval: str = INTERVALS[0], resamples: int = 19_999, seed: int = 0, confidence: float = 0.95) -> Comparison:
     """The paired comparison ``RMST_base(h) / RMST_rule(h)`` of two methods whose entry ``i`` is the
     same seed (module docstring; docs/studies.md §5).
 
-    The 95 % interval comes from the paired bootstrap over seeds: ``resamples`` resamplings of the
+    The interval (95 % unless ``confidence`` says otherwise) comes from the paired bootstrap over seeds: ``resamples`` resamplings of the
     seed indices with replacement, each taking both methods' runs of the drawn seeds
     (:func:`scipy.stats.bootstrap` with ``paired=True``); every run, reached or not, enters each
     resample's Kaplan–Meier areas. ``interval``: ``"expanded"`` (default) the percentile interval
@@ -227,7 +227,7 @@ def paired_rmst_ratio(base_times: ArrayLike, base_reached: ArrayLike, rule_times
         return _ratio(b_t, b_d > 0.5, r_t, r_d > 0.5, h)
 
     data = (bt, bd.astype(np.float64), rt, rd.astype(np.float64))
-    level = expanded_level(n) if interval == "expanded" else 0.95
+    level = expanded_level(n, confidence) if interval == "expanded" else confidence
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate or infinite resample is handled below
         res = stats.bootstrap(data, statistic, n_resamples=resamples, paired=True, vectorized=True,
@@ -257,7 +257,7 @@ def common_horizon(crossings: Sequence[Crossing], horizon: float | None = None) 
 
 
 def compare_crossings(base: Sequence[Crossing], rule: Sequence[Crossing], horizon: float | None = None, *,
-                      interval: str = INTERVALS[0], resamples: int = 19_999, seed: int = 0) -> Comparison:
+                      interval: str = INTERVALS[0], resamples: int = 19_999, seed: int = 0, confidence: float = 0.95) -> Comparison:
     """:func:`paired_rmst_ratio` of two methods' crossings on the same seeds (entry ``i`` of each
     is seed ``i``): times the crossings' ``point``, reached as they say, ``bounds`` their
     ``(low, high)`` intervals, ``horizon`` the crossings' common one unless given
