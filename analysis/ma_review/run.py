@@ -41,7 +41,8 @@ from analysis.ma_review.report import write_report  # the report reads only the 
 from analysis.ma_review.tables import CURVE_FIELDS, RESULT_FIELDS, TUNING_FIELDS, write_csv
 
 COMMAND = "python -m analysis.ma_review"
-KIND = outdir.register(outdir.Kind("ma-review", COMMAND, ("results.csv", "tuning.csv", "curves.csv", "report.md", "*.png", "*.pdf"),
+KIND = outdir.register(outdir.Kind("ma-review", COMMAND, ("results.csv", "tuning.csv", "curves.csv", "report.md", "confirm.json", "*.png",
+                                                       "*.pdf"),
                                    {}, "tuning.csv", article="an asyncfl review-study folder"))
 
 Source = tuple[str, str, int, str]  # (task, privacy, K, method): one tuned learning rate
@@ -126,11 +127,14 @@ def _tune(runner: Runner, sources: dict[Source, CellKey], grids: dict[Source, li
 
 
 def run_review(study: ReviewStudy, out: str | Path, progress: ProgressHook | None = None, backend: Backend | None = None,
-               overwrite: bool = False, extend: bool = False, collect: bool = False) -> dict[str, Any]:
+               overwrite: bool = False, extend: bool = False, collect: bool = False,
+               on_claimed: Callable[[Path], None] | None = None) -> dict[str, Any]:
     """Target, tuning, evaluation, then ``results.csv``, ``tuning.csv``, ``curves.csv`` and the
     report (module docstring) into ``out``, claimed first (``extend``: a folder of another
     version of the spec is taken over, its finished runs reused). ``collect``: run nothing, write
-    the tables from the runs finished so far (a run not there yet is a ``missing`` row)."""
+    the tables from the runs finished so far (a run not there yet is a ``missing`` row).
+    ``on_claimed(out)`` runs once the folder is claimed, before any run (the confirmatory study
+    records its plan's digest there: ``confirm.json``)."""
     out = Path(out)
     if collect and outdir.kind_of(out) != KIND.name:
         raise UsageError(f"--out {out}: holds no {COMMAND} folder to collect (--collect reads the runs of a study "
@@ -138,6 +142,8 @@ def run_review(study: ReviewStudy, out: str | Path, progress: ProgressHook | Non
     accept = (lambda marker: True) if extend or collect else None
     owned = outdir.claim(out, KIND.name, COMMAND, study.digest(), overwrite=overwrite, accept=accept)
     try:
+        if on_claimed is not None:
+            on_claimed(out)
         return _run(study, out, Runner(study, out, backend or InProcess(), progress, owned, collect))
     finally:
         owned.release()
@@ -151,11 +157,12 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
     tuned = {c.source: c for c in cells if c.tuned}
     grids: dict[Source, list[float]] = {src: sorted(study.spec.lr_grid.of(src[3]) or []) for src in tuned}
 
-    # 1. the target of each task, from the reference on the tuning seeds
-    ref = {src: c for src, c in tuned.items() if src[1] == NODP and src[3] == spec.target.reference}
+    # 1. the target of each task: fixed by the spec, or from the reference on the tuning seeds
+    fixed = spec.target.value
+    ref = {} if fixed is not None else {src: c for src, c in tuned.items() if src[1] == NODP and src[3] == spec.target.reference}
     ref_choice = _tune(runner, ref, grids, seeds, lambda src, p: runner.final(p), False, spec.tuning.refine, spec.tuning.factor)
     stage1 = {src: list(grids[src]) for src in ref}  # the rates the target was read from
-    targets: dict[str, float] = {}
+    targets: dict[str, float] = {} if fixed is None else {t.name: fixed for t in spec.tasks}
     for src, pick in ref_choice.items():
         mean_final = pick.score if pick is not None else math.nan
         if not math.isfinite(mean_final):
@@ -163,8 +170,11 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
         targets[src[0]] = math.floor(spec.target.fraction * mean_final * spec.target.round_to) / spec.target.round_to
 
     # 2. tune every cell on the restricted steps to its task's target
-    choices = _tune(runner, tuned, grids, seeds, lambda src, p: runner.restricted(p, targets[src[0]]), True,
-                    spec.tuning.refine, spec.tuning.factor, fallback=lambda src, p: runner.final(p), horizon=float(steps))
+    if spec.tuning.score == "final":
+        choices = _tune(runner, tuned, grids, seeds, lambda src, p: runner.final(p), False, spec.tuning.refine, spec.tuning.factor)
+    else:
+        choices = _tune(runner, tuned, grids, seeds, lambda src, p: runner.restricted(p, targets[src[0]]), True,
+                        spec.tuning.refine, spec.tuning.factor, fallback=lambda src, p: runner.final(p), horizon=float(steps))
     lr_of = {src: (pick.lr if pick is not None else min(grids[src])) for src, pick in choices.items()}
 
     # 3. evaluation

@@ -30,8 +30,11 @@ MAX_SEEDS = 100
 class TargetEntry(_Section):
     """The target accuracy of each task, fixed before any evaluation run: ``fraction`` × the mean
     final accuracy of ``reference`` (tuned on the tuning seeds for its final accuracy), over the
-    tuning seeds, rounded down to ``1/round_to`` (docs/ma-review.md §2)."""
+    tuning seeds, rounded down to ``1/round_to`` (docs/ma-review.md §2); or, with ``value``, a
+    target fixed in the spec itself (a pre-registered plan fixes it before any run: no reference
+    is run and ``reference``/``fraction`` are not used)."""
 
+    value: Annotated[float, Field(gt=0, lt=1)] | None = None
     reference: MethodName = "sync-momentum"
     fraction: Annotated[float, Field(gt=0, le=1)] = 0.8
     round_to: Annotated[int, Field(ge=1, le=1000)] = 100
@@ -41,8 +44,11 @@ class ReviewTuning(_Section):
     """Server-lr tuning on the held-out seeds: the coarse grid of ``lr_grid``, then ``refine``
     rounds of adding the neighbours ``best/factor`` and ``best·factor`` of the current best
     (:func:`asyncfl.studies.tuning.refine`); the score is the restricted mean steps to the
-    target over the tuning seeds (smaller is better)."""
+    target over the tuning seeds (``score = "rmst"``, smaller is better) or the mean final
+    accuracy (``score = "final"``, larger is better: a design whose primary metric is the final
+    accuracy is tuned on it)."""
 
+    score: Literal["rmst", "final"] = "rmst"
     refine: Annotated[int, Field(ge=0, le=5)] = 1
     factor: Annotated[float, Field(gt=1, le=10)] = 2.0
 
@@ -137,7 +143,7 @@ def parse_review(raw: dict[str, Any], source: str | None = None) -> ReviewSpec:
             for m in cell.methods:
                 if spec.lr_grid.of(m) is None:
                     problems.append(f"lr_grid.{m}: required (cells[{i}] ({cell.name}) tunes it)")
-    if spec.target.reference not in [m for c in spec.cells if NODP in c.privacy and c.lr_from is None for m in c.methods]:
+    if spec.target.value is None and spec.target.reference not in [m for c in spec.cells if NODP in c.privacy and c.lr_from is None for m in c.methods]:
         problems.append(f"target.reference: {spec.target.reference!r} must be a tuned method of a cell without DP "
                         "(the target is its final accuracy on the tuning seeds)")
     if len({c.name for c in spec.cells}) != len(spec.cells):
