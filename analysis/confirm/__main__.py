@@ -1,0 +1,111 @@
+"""``python -m analysis.confirm``: the confirmatory study (docs/confirm.md).
+
+* ``check`` — validate the plan and every design spec it names (each comparison's cells must be
+  cells of its design's spec); runs nothing;
+* ``run DESIGN --out DIR`` — run one design through the review-study engine (resumable); the
+  design's digest is recorded in ``DIR/confirm.json`` when its first run starts, and a folder
+  whose recorded digest differs from the plan's now is refused unless ``--exploratory`` (its
+  results are then reported as exploratory);
+* ``report ROOT`` — ``ROOT/report.md`` from the CSVs of the design folders ``ROOT/<design>/``
+  alone.
+
+Exit codes as ``asyncfl``'s (2 bad input, 3 a run diverged in evaluation, 130 interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from asyncfl.cli.commands import placement_args, quiet_arg
+from asyncfl.cli.console import RunsDisplay, say, warn
+from asyncfl.cli.exit_codes import EXIT_OK, of_runs
+from asyncfl.cli.main import run_script
+from asyncfl.errors import UsageError
+from asyncfl.run.parallel import Progress, RunOutcome, make_backend
+from analysis.confirm.plan import PLAN, load_plan
+from analysis.confirm.record import claim_design
+
+COMMAND = "python -m analysis.confirm"
+
+
+def confirm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("check", "run", "report"), help="check the plan, run a design, or write the report")
+    p.add_argument("target", nargs="?", help="run: the design's id (d1, …); report: the folder holding one folder per design")
+    p.add_argument("--out", help="run: the design's folder (resumable)")
+    p.add_argument("--plan", default=str(PLAN), help="the plan file (default: analysis/confirm/plan.toml)")
+    p.add_argument("--exploratory", action="store_true",
+                   help="run: go on in a folder started under another version of the design (its results become exploratory)")
+    placement_args(p)
+    quiet_arg(p, "no progress bar")
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from analysis.ma_review.design import load_review
+    from analysis.ma_review.run import run_review
+
+    loaded = load_plan(args.plan)
+    if args.action == "check":
+        for design in loaded.plan.designs:
+            spec = loaded.spec_path(design)
+            if spec is None:
+                say(f"{design.id}: planned, no spec yet ({design.title}; about {design.cost:g} core-minutes)")
+                continue
+            study = load_review(spec)
+            cells = {(c.task, c.privacy, c.K, c.method) for c in study.cells()}
+            for comp in design.comparisons + design.secondary:
+                for method in (comp.rule, comp.base):
+                    if (comp.task, comp.privacy, comp.K, method) not in cells:
+                        raise UsageError(f"designs ({design.id}): {comp.label()}: {method} at {comp.task}, {comp.privacy}, "
+                                         f"K = {comp.K} is not a cell of {design.spec}")
+            say(f"{design.id}: {design.spec} valid ({len(study.cells())} cells; digest {loaded.design_digest(design.id)[:12]})")
+        say(f"plan {loaded.path} valid; digest {loaded.plan_digest()}")
+        return EXIT_OK
+    if args.action == "report":
+        if not args.target:
+            raise UsageError("report: name the folder that holds the design folders (e.g. runs/confirm)")
+        from analysis.confirm.report import write_report
+
+        path = write_report(Path(args.target), loaded)
+        say(f"wrote {path}")
+        return EXIT_OK
+    if not args.target or not args.out:
+        raise UsageError("run: name the design (d1, …) and its folder with --out")
+    design = loaded.plan.design(args.target)
+    spec = loaded.spec_path(design)
+    if spec is None:
+        raise UsageError(f"design {design.id}: has no spec file yet (planned only); add it in a plan revision first")
+    study = load_review(spec)
+    out = Path(args.out)
+    record = claim_design(out, loaded, design.id, exploratory=args.exploratory)
+    display = RunsDisplay(design.id, quiet=args.quiet)
+    backend = make_backend(args.workers, args.ray)
+
+    def on_run(outcome: RunOutcome, progress: Progress) -> None:
+        if progress.done == 1:
+            if display.total:
+                display.extend(display.total + progress.total)
+            else:
+                display.start(progress.total, backend.slots)
+        display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
+
+    try:
+        result = run_review(study, out, progress=on_run, backend=backend, extend=True, on_claimed=record)
+    finally:
+        display.close()
+        backend.close()
+    evaluation = {p: st for p, st in result["statuses"].items() if p.seed in study.review.seeds}
+    for point, status in evaluation.items():
+        if status != "completed":
+            warn(f"{status}: {point.rel_dir()}: {result['messages'].get(point, 'no message')}")
+    return of_runs(list(evaluation.values()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_script(COMMAND, "The confirmatory study: a pre-registered plan, its designs, and the report.", confirm_args,
+                      cmd_confirm, argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
