@@ -73,9 +73,9 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95) -> PairedTe
     if n < 2:
         return PairedTest(float(d.mean()) if n else math.nan, math.nan, math.nan, math.nan, math.nan, n)
     mean = float(d.mean())
-    se = float(d.std(ddof=1)) / math.sqrt(n)
-    if se == 0.0:
+    if np.all(d == d[0]):  # no spread (rounding would make s_d tiny, not 0): nothing to test
         return PairedTest(mean, math.nan, math.nan, math.nan, math.nan, n)
+    se = float(d.std(ddof=1)) / math.sqrt(n)
     t = mean / se
     q = float(stats.t.ppf((1 + confidence) / 2, n - 1))
     p = float(2 * stats.t.sf(abs(t), n - 1))

@@ -1,0 +1,272 @@
+"""``report.md`` of the confirmatory study, from the design folders' CSVs alone (docs/confirm.md §3).
+
+For every claim of the plan: its Holm family (every primary comparison the plan names for it,
+run or not), each comparison's paired t-test and effect with an interval at level ``1 − α/m``,
+the paired bootstrap beside it, the Holm-adjusted p-value and the verdict by the plan's rules;
+then the secondary (exploratory) comparisons; then the tuning each design chose and the privacy
+each DP cell spent. A design whose folder was started under another version of its section of the
+plan (``confirm.json``) is reported, but every row of it is marked exploratory.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from asyncfl.studies.effects import paired_t
+from asyncfl.studies.multiplicity import holm
+from asyncfl.studies.survival import paired_rmst_ratio
+from analysis.confirm.plan import Design, LoadedPlan, PlannedComparison
+from analysis.confirm.record import read_record
+
+Rows = list[dict[str, Any]]
+
+#: the paper's ranges (plan.toml, "Verdicts")
+PAPER_SPEED = (1.15, 4.0)
+PAPER_UTILITY = (0.03, 0.20)
+#: a base whose mean final accuracy is below this has no relative gain (chance 0.1 + 0.1, plan.toml)
+NEAR_CHANCE = 0.2
+
+
+class Outcome(NamedTuple):
+    """One planned comparison, computed: ``effect`` (speed-up or mean difference) with its t
+    interval, the bootstrap interval beside it, the raw two-sided p, how many seeds paired, how
+    many of them the base and the rule reached the target on (time metric), and the base's mean."""
+
+    comparison: PlannedComparison
+    design: str
+    status: str           # "confirmatory", "exploratory" or "not run"
+    n: int
+    effect: float
+    low: float
+    high: float
+    boot_low: float
+    boot_high: float
+    p: float
+    base_reached: int
+    rule_reached: int
+    base_mean: float
+    rule_mean: float
+
+
+def _eval_rows(folder: Path) -> Rows:
+    from analysis.ma_review.tables import read_csv
+
+    path = folder / "results.csv"
+    return [r for r in read_csv(path) if r["status"] != "missing"] if path.is_file() else []
+
+
+def _cell(rows: Rows, c: PlannedComparison, method: str) -> dict[int, dict[str, Any]]:
+    return {r["seed"]: r for r in rows if (r["task"], r["privacy"], r["K"], r["method"]) == (c.task, c.privacy, c.K, method)}
+
+
+def _restricted(r: dict[str, Any]) -> tuple[float, bool]:
+    reached = bool(r["reached"]) and r["status"] == "completed"
+    h = float(r["horizon"])
+    return (min(float(r["cross_point"]), h) if reached else h), reached
+
+
+def compute(rows: Rows, c: PlannedComparison, design: str, status: str, level: float, resamples: int, seed: int) -> Outcome:
+    """The comparison ``c`` on the rows of its design (module docstring; metrics: plan.toml)."""
+    base, rule = _cell(rows, c, c.base), _cell(rows, c, c.rule)
+    seeds = sorted(set(base) & set(rule))
+    nan = math.nan
+    if not seeds:
+        return Outcome(c, design, "not run", 0, nan, nan, nan, nan, nan, 1.0, 0, 0, nan, nan)
+    b = [base[s] for s in seeds]
+    u = [rule[s] for s in seeds]
+    rng = np.random.default_rng(seed)
+    if c.metric == "final_accuracy":
+        fb = np.array([r["final_accuracy"] if r["status"] == "completed" else nan for r in b], dtype=np.float64)
+        fu = np.array([r["final_accuracy"] if r["status"] == "completed" else nan for r in u], dtype=np.float64)
+        d = fu - fb
+        test = paired_t(d, level)
+        ok = d[np.isfinite(d)]
+        lo, hi = _bootstrap_mean(ok, level, resamples, rng)
+        return Outcome(c, design, status, test.n, test.mean, test.low, test.high, lo, hi, _p(test.p, ok), 0, 0,
+                       float(np.nanmean(fb)), float(np.nanmean(fu)))
+    bt, bd = map(np.array, zip(*(_restricted(r) for r in b)))
+    rt, rd = map(np.array, zip(*(_restricted(r) for r in u)))
+    d = np.log(bt) - np.log(rt)
+    test = paired_t(d, level)
+    h = float(b[0]["horizon"])
+    boot = paired_rmst_ratio(bt, bd.astype(bool), rt, rd.astype(bool), h, resamples=resamples, seed=seed, confidence=level)
+    return Outcome(c, design, status, test.n, math.exp(test.mean), _exp(test.low), _exp(test.high), boot.low, boot.high,
+                   _p(test.p, d), int(bd.sum()), int(rd.sum()), float(np.mean(bt)), float(np.mean(rt)))
+
+
+def _p(p: float, d: np.ndarray) -> float:
+    """The test's p; where every difference is the same (no variance) there is nothing to test: 1
+    if they are all 0 (e.g. both sides censored at the horizon on every seed), else NaN."""
+    if math.isfinite(p):
+        return p
+    return 1.0 if d.size and np.all(d == 0) else math.nan
+
+
+def _exp(x: float) -> float:
+    return math.exp(x) if math.isfinite(x) else math.nan
+
+
+def _bootstrap_mean(d: np.ndarray, level: float, resamples: int, rng: np.random.Generator) -> tuple[float, float]:
+    """Percentile interval of the mean of ``d`` over ``resamples`` resamplings of the seeds."""
+    if d.size < 2 or np.all(d == d[0]):
+        return math.nan, math.nan
+    idx = rng.integers(0, d.size, size=(resamples, d.size))
+    means = d[idx].mean(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
+def verdict(o: Outcome, p_holm: float, alpha: float) -> str:
+    """The plan's verdict words for one comparison (plan.toml, "Verdicts")."""
+    if o.status == "not run":
+        return "not tested"
+    if not math.isfinite(o.effect) or not math.isfinite(p_holm):
+        return "not estimable"
+    significant = p_holm <= alpha
+    if o.comparison.metric == "log_time":
+        if significant and o.effect > 1:
+            bound = o.base_reached < o.n / 2
+            if PAPER_SPEED[0] <= o.effect <= PAPER_SPEED[1]:
+                return "reproduced (a lower bound: the base mostly unreached)" if bound else "reproduced"
+            return "holds, outside the paper's range" + (" (a lower bound)" if bound else "")
+        if significant and o.effect < 1:
+            return "reversed"
+        return "not resolved"
+    if significant and o.effect > 0:
+        if o.base_mean < NEAR_CHANCE:
+            return "holds (relative gain not estimable: the base is near chance)"
+        rel = o.effect / o.base_mean
+        return "reproduced" if PAPER_UTILITY[0] <= rel <= PAPER_UTILITY[1] else "holds, outside the paper's range"
+    if significant and o.effect < 0:
+        return "reversed"
+    return "not resolved"
+
+
+def _interval(low: float, high: float, fmt: str) -> str:
+    if not (math.isfinite(low) and math.isfinite(high)) or low == high:
+        return "not estimable"
+    return f"[{low:{fmt}}, {high:{fmt}}]"
+
+
+def _effect_text(o: Outcome) -> str:
+    if o.status == "not run":
+        return "—"
+    if o.comparison.metric == "log_time":
+        bound = "≥ " if o.base_reached < o.n / 2 and o.effect > 1 else ""
+        return f"{bound}{o.effect:.2f}× {_interval(o.low, o.high, '.2f')}"
+    rel = f", {o.effect / o.base_mean:+.1%} of the base" if o.base_mean >= NEAR_CHANCE else ", relative: not estimable"
+    return f"{o.effect:+.3f} {_interval(o.low, o.high, '+.3f')}{rel}"
+
+
+def _row(o: Outcome, p_holm: float, alpha: float) -> str:
+    c = o.comparison
+    reached = f"{o.base_reached}/{o.n} · {o.rule_reached}/{o.n}" if c.metric == "log_time" and o.n else "—"
+    boot = _interval(o.boot_low, o.boot_high, ".2f" if c.metric == "log_time" else "+.3f") if o.n else "—"
+    p = f"{o.p:.3g}" if math.isfinite(o.p) and o.n else "—"
+    ph = f"{p_holm:.3g}" if o.n else "1 (not run)"
+    return (f"| {o.design} | {c.rule} vs {c.base} | {c.task}, {c.privacy}, K = {c.K} | {c.metric} | {o.n} | {reached} | "
+            f"{_effect_text(o)} | {boot} | {p} | {ph} | {verdict(o, p_holm, alpha)} | {o.status} |")
+
+
+HEADER = ("| design | comparison | cell | metric | seeds | reached (base · rule) | effect [simultaneous interval] | "
+          "bootstrap | p | Holm p | verdict | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def design_status(root: Path, loaded: LoadedPlan, design: Design) -> str:
+    """``confirmatory`` when the design's folder was started under its digest now, ``exploratory``
+    when under another, ``not run`` without a folder or a record."""
+    record = read_record(root / design.id) if (root / design.id).is_dir() else None
+    if record is None:
+        return "not run"
+    same = record["design_digest"] == loaded.design_digest(design.id) and not record.get("exploratory")
+    return "confirmatory" if same else "exploratory"
+
+
+def build_report(root: Path, loaded: LoadedPlan) -> tuple[str, dict[str, list[tuple[Outcome, float]]]]:
+    """The report's text and, per claim, each outcome with its Holm-adjusted p."""
+    plan = loaded.plan
+    status = {d.id: design_status(root, loaded, d) for d in plan.designs}
+    rows = {d.id: _eval_rows(root / d.id) for d in plan.designs}
+    lines = [f"# Confirmatory study: report", "",
+             f"Plan `analysis/confirm/plan.toml`, revision {plan.revision}, digest `{loaded.plan_digest()}`. "
+             f"α = {plan.alpha}; Holm within each claim over the plan's whole family (a comparison not run enters with p = 1); "
+             f"intervals at 1 − α/m (simultaneous). Generated from the design folders' CSVs alone "
+             f"(`python -m analysis.confirm report {root}`).", "",
+             "| design | title | cost (core-min) | status | evaluation runs |", "|---|---|---|---|---|"]
+    for d in plan.designs:
+        lines.append(f"| {d.id} | {d.title} | {d.cost:g} | {status[d.id]} | {len(rows[d.id])} |")
+    out: dict[str, list[tuple[Outcome, float]]] = {}
+    for claim in plan.claims:
+        family = plan.family(claim.id)
+        lines += ["", f"## Claim {claim.id}: {claim.statement}", ""]
+        if not family:
+            lines.append("No primary comparison planned: **not tested** by this study.")
+            continue
+        m = len(family)
+        level = 1 - plan.alpha / m
+        outcomes = [compute(rows[d.id], c, d.id, status[d.id], level, plan.bootstrap_resamples, plan.bootstrap_seed)
+                    for d, c in family]
+        # an exploratory design's rows are reported but are not tests of the plan: p = 1 in the family
+        adjusted = holm([o.p if o.status == "confirmatory" else 1.0 for o in outcomes])
+        out[claim.id] = list(zip(outcomes, adjusted))
+        lines += [f"Family: {m} planned comparison(s); intervals at {level:.4g}.", "", HEADER]
+        lines += [_row(o, ph, plan.alpha) for o, ph in zip(outcomes, adjusted)]
+        lines += ["", f"**Verdict:** {claim_verdict(out[claim.id], plan.alpha)}"]
+    secondary = [(d, c) for d in plan.designs for c in d.secondary]
+    if secondary:
+        lines += ["", "## Secondary comparisons (exploratory: no multiplicity adjustment, 95 % intervals)", "", HEADER]
+        for d, c in secondary:
+            st = status[d.id]
+            o = compute(rows[d.id], c, d.id, "exploratory" if st != "not run" else st, 0.95, plan.bootstrap_resamples,
+                        plan.bootstrap_seed)
+            lines.append(_row(o, o.p if math.isfinite(o.p) else 1.0, plan.alpha))
+    lines += ["", "## Cells", "", "| design | cell | method | lr | seeds | reached | mean final accuracy | ε (max over seeds) | "
+              "busiest client's ε (max) |", "|---|---|---|---|---|---|---|---|---|"]
+    for d in plan.designs:
+        by: dict[tuple, Rows] = {}
+        for r in rows[d.id]:
+            by.setdefault((r["task"], r["privacy"], r["K"], r["method"]), []).append(r)
+        for (task, priv, K, method), rs in sorted(by.items()):
+            fin = _finite(r["final_accuracy"] for r in rs if r["status"] == "completed")
+            eps, busiest = _finite(r["epsilon"] for r in rs), _finite(r["epsilon_client_max"] for r in rs)
+            reached = sum(int(r["reached"]) for r in rs)
+            lines.append(f"| {d.id} | {task}, {priv}, K = {K} | {method} | {rs[0]['lr']:g} | {len(rs)} | {reached}/{len(rs)} | "
+                         f"{_num(np.mean(fin) if fin else math.nan, '.4f')} | {_num(max(eps, default=math.nan), '.3g')} | "
+                         f"{_num(max(busiest, default=math.nan), '.3g')} |")
+    lines += ["", "Per-client ε is each client's ε for its realised participations in the simulation, the maximum over "
+              "clients and seeds. The accountant's ε assumes a deployment with M = 1000 contributions per step (the "
+              "noise cohort) where the simulation has C = 100; there each client takes part M/C = 10 times as often, "
+              "so these per-client values are those of the simulated population, not of that deployment (docs/confirm.md §4).", ""]
+    return "\n".join(lines) + "\n", out
+
+
+def _finite(values: Any) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def _num(x: float, fmt: str) -> str:
+    return f"{x:{fmt}}" if math.isfinite(x) else "—"
+
+
+def claim_verdict(results: list[tuple[Outcome, float]], alpha: float) -> str:
+    """``reproduced at …`` where every comparison is reproduced, else each comparison's verdict
+    with its cell (plan.toml, "A claim's verdict")."""
+    words = [(verdict(o, ph, alpha), o) for o, ph in results]
+    if all(o.status == "not run" for _, o in words):
+        return "**not tested**: none of its planned comparisons has run"
+    where = lambda o: f"{o.comparison.rule} vs {o.comparison.base} at {o.comparison.task}, {o.comparison.privacy}, K = {o.comparison.K}"
+    if all(w.startswith("reproduced") for w, _ in words):
+        return "reproduced at " + "; ".join(where(o) for _, o in words)
+    return "; ".join(f"{w} ({where(o)}{'' if o.status in ('confirmatory', 'not run') else ', exploratory'})" for w, o in words)
+
+
+def write_report(root: Path, loaded: LoadedPlan) -> Path:
+    """Write ``root/report.md`` (module docstring) and return its path."""
+    text, _ = build_report(root, loaded)
+    path = root / "report.md"
+    path.write_text(text, encoding="utf-8")
+    return path
