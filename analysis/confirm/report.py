@@ -195,7 +195,7 @@ def build_report(root: Path, loaded: LoadedPlan) -> tuple[str, dict[str, list[tu
              f"Plan `analysis/confirm/plan.toml`, revision {plan.revision}, digest `{loaded.plan_digest()}`. "
              f"α = {plan.alpha}; Holm within each claim over the plan's whole family (a comparison not run enters with p = 1); "
              f"intervals at 1 − α/m (simultaneous). Generated from the design folders' CSVs alone "
-             f"(`python -m analysis.confirm report {root}`).", "",
+             f"(`python -m analysis.confirm report DIR`).", "",
              "| design | title | cost (core-min) | status | evaluation runs |", "|---|---|---|---|---|"]
     for d in plan.designs:
         lines.append(f"| {d.id} | {d.title} | {d.cost:g} | {status[d.id]} | {len(rows[d.id])} |")
