@@ -197,3 +197,30 @@ def test_a_speed_up_where_the_base_mostly_never_reached_the_target_is_a_lower_bo
     bt = np.array([90, 95, 85] + [300] * 7, dtype=float)
     rt = np.array([40, 42, 38, 41, 39, 40, 43, 37, 40, 41], dtype=float)
     assert o.effect == pytest.approx(math.exp(np.mean(np.log(bt) - np.log(rt))))
+
+
+def test_the_committed_report_regenerates_from_the_committed_csvs_with_one_command(tmp_path, capsys):
+    committed = Path(__file__).resolve().parents[1] / "analysis" / "results" / "confirm"
+    copy = tmp_path / "confirm"
+    shutil.copytree(committed, copy)
+    (copy / "report.md").unlink()
+    assert confirm_main(["report", str(copy)]) == 0
+    assert (copy / "report.md").read_text(encoding="utf-8") == (committed / "report.md").read_text(encoding="utf-8")
+
+
+def test_the_plan_was_committed_before_any_committed_result():
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        if git("rev-parse", "--is-shallow-repository") == "true":
+            pytest.skip("a shallow clone has no history to check")
+        plan_first = git("log", "--diff-filter=A", "--format=%H", "--", "analysis/confirm/plan.toml").splitlines()[-1]
+        results_first = git("log", "--diff-filter=A", "--format=%H", "--", "analysis/results/confirm").splitlines()[-1]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        pytest.skip("not a git checkout with the study's history")
+    assert plan_first != results_first
+    assert subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", plan_first, results_first]).returncode == 0
