@@ -89,7 +89,7 @@ class QuadraticForm:
         d = H.shape[0]
         if mu == 0.0:
             return torch.linalg.lstsq(H, g.unsqueeze(-1)).solution.squeeze(-1)
-        return torch.linalg.solve(H + mu * torch.eye(d, dtype=H.dtype), g + mu * center)
+        return torch.linalg.solve(H + mu * torch.eye(d, dtype=H.dtype, device=H.device), g + mu * center)
 
     def pooled_solution(self) -> torch.Tensor:
         """``θ* = (Σ_k H_k)⁻¹ Σ_k g_k`` (docs/baselines.md)."""
@@ -136,6 +136,9 @@ class Task:
     #: False: ``train_batched`` trains this task's jobs one by one (its model is slower batched,
     #: or has no batching rule: docs/tasks.md §9); the results are the same either way
     batched_training: bool = True
+    #: the same on an accelerator (run.device, :func:`asyncfl.compute.device.batches_on`): False only
+    #: for a model that ``vmap`` cannot batch (torch's fused LSTM has no batching rule); docs/tasks.md §9
+    batched_on_accelerator: bool = True
 
     def __post_init__(self) -> None:
         refuse_running_statistics(self.name, self.model)
