@@ -274,5 +274,6 @@ def executor_factory(scenario: Scenario, task: Task, recipe: TaskRecipe | None =
             f"run.batched = true, run.executor = {run.executor!r}: batched training runs with the executors "
             f"{', '.join(ok)} (set one of them, or run.batched = false)"
         ])
-    ectx = ExecutorContext(task, scenario.client, build_solver(scenario), run, recipe, str(task.initial_theta.device))
+    device = "cpu" if task is None else str(devices.device_of(task))  # where compose placed the task
+    ectx = ExecutorContext(task, scenario.client, build_solver(scenario), run, recipe, device)
     return functools.partial(executor.make, None, ectx)

@@ -120,6 +120,11 @@ def place_task(task: Task, device: torch.device) -> Task:
     )
 
 
+def device_of(task: Task) -> torch.device:
+    """The device ``task`` computes on (where :func:`place_task` put it: its initial model's)."""
+    return task.initial_theta.device
+
+
 def batches_on(task: Task, device: torch.device) -> bool:
     """Whether ``train_batched`` batches ``task``'s jobs on ``device`` (docs/tasks.md §9): on the
     CPU its ``batched_training`` trait, on an accelerator its ``batched_on_accelerator`` trait."""

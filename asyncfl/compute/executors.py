@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from asyncfl.components.contracts import BuildContext
-from asyncfl.compute.device import place_task, prepare
+from asyncfl.compute.device import device_of, place_task, prepare
 from asyncfl.compute.lifetime import die_with_parent
 from asyncfl.compute.solvers import LocalSolver
 from asyncfl.compute.training import LocalJob
@@ -491,7 +491,7 @@ def _ray_train(source_key: str, source_box: list, client: ClientConfig, solver: 
         if threads:
             torch.set_num_threads(threads)
         task = _RAY_TASKS[source_key] = _worker_task(ray.get(source_box[0]), device)
-    tensors = [torch.from_numpy(v).to(task.initial_theta.device) for v in versions]
+    tensors = [torch.from_numpy(v).to(device_of(task)) for v in versions]
     jobs = [LocalJob(k, tensors[start], tensors[centre], mu, seed, local_steps=steps)
             for k, seed, mu, start, centre, steps in specs]
     return _train_group(task, client, solver, jobs, batched)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from asyncfl.compute.device import batches_on
+from asyncfl.compute.device import batches_on, device_of
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import cross_entropy
 
@@ -173,7 +173,7 @@ def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> li
     ``batched_training`` trait on the CPU, ``batched_on_accelerator`` on an accelerator) is trained
     job by job (docs/tasks.md §9).
     """
-    if not jobs or not batches_on(task, task.initial_theta.device):
+    if not jobs or not batches_on(task, device_of(task)):
         return [sgd_train(task, cfg, job) for job in jobs]
     groups: dict[tuple, list[int]] = {}
     clients = task.clients
