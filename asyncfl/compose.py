@@ -64,6 +64,7 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
     if unknown:
         raise TypeError(f"compose(): unknown overrides {unknown}; allowed: {', '.join(OVERRIDES)}")
     device = devices.resolve(scenario.run.device)  # an absent device is refused before anything is built
+    devices.refuse_unsupported(device, private=scenario.privacy.enabled)
     devices.prepare(device)
     ctx = context(scenario)
     # a task is a function of its config, clients and seed alone: its builder sees no run stream

@@ -1,4 +1,4 @@
-"""run.device (docs/guide.md §13, asyncfl.compute.device): a name is resolved against what the
+"""run.device (docs/guide.md §7, asyncfl.compute.device): a name is resolved against what the
 machine offers or refused with exit 2 naming it; ``"cpu"`` (and ``"auto"`` on a machine without an
 accelerator) gives the same files as a scenario without the key, through every executor; the
 task, local training and a restored state are placed on the device (checked on torch's ``meta``
@@ -28,7 +28,7 @@ from asyncfl.run import checkpoint
 from asyncfl.run.runner import run_to_dir_blocking
 from asyncfl.sim.engine import Simulation
 
-from conftest import make_raw, make_scenario, through_file
+from conftest import make_raw, make_scenario, through_file, whole_and_resumed
 
 META = torch.device("meta")
 NONE = Available(cuda=0, mps=False)
@@ -257,3 +257,17 @@ def test_a_run_that_cannot_fit_on_the_device_is_refused_naming_it():
     with pytest.raises(ScenarioError, match=r"run\.device = 'cuda:0'.*device memory.*free on cuda:0"):
         memory.check_device_memory(scenario, need - 1, "cuda:0")
     assert memory.check_device_memory(scenario, None, "cpu") is None  # the CPU: host memory only
+
+
+def test_a_private_run_is_refused_on_mps_which_has_no_float64():
+    with pytest.raises(ScenarioError, match=r"run\.device = 'mps', privacy\.enabled = true.*float64"):
+        devices.refuse_unsupported(torch.device("mps"), private=True)
+    devices.refuse_unsupported(torch.device("mps"), private=False)
+    devices.refuse_unsupported(torch.device("cuda:0"), private=True)
+
+
+def test_resume_on_the_device_path_is_exact(tmp_path, monkeypatch):
+    """A checkpoint (CPU tensors) restored through :func:`to_device` onto the run's device
+    continues exactly: the same updates.csv and model as the uninterrupted run."""
+    monkeypatch.setattr(devices, "available", lambda: NONE)
+    whole_and_resumed(make_scenario({"run.device": "auto", "run.checkpoint_every": 4}), tmp_path)

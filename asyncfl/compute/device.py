@@ -1,4 +1,4 @@
-"""Where a run computes: ``run.device`` (docs/guide.md §"Devices", docs/architecture.md §2).
+"""Where a run computes: ``run.device`` (docs/guide.md §7, docs/architecture.md §2).
 
 ``run.device`` is ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (cuda
 when available, else mps, else cpu). :func:`resolve` turns the name into a :class:`torch.device`
@@ -81,6 +81,17 @@ def resolve(name: str, offer: Available | None = None) -> torch.device:
             f"(\"auto\" picks the first accelerator, else the cpu)"
         ])
     return torch.device(name)
+
+
+def refuse_unsupported(device: torch.device, *, private: bool) -> None:
+    """Refuse what ``device`` cannot compute: on mps, which has no float64, a private run (the
+    clipped payloads and the noisy sum are float64, docs/privacy.md §2). A float64 task is refused
+    there by :func:`place_task`."""
+    if device.type == "mps" and private:
+        raise ScenarioError([
+            "run.device = 'mps', privacy.enabled = true: the private sum is computed in float64, which mps does "
+            "not support; use run.device = \"cpu\" or \"cuda\""
+        ])
 
 
 def prepare(device: torch.device) -> None:

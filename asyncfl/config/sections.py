@@ -90,7 +90,7 @@ class RunConfig(Section):
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
     batched: bool = False  # train clients of one model version together (torch.func.vmap)
     # where the model, the data, training and the server compute (asyncfl.compute.device):
-    # "cpu", "cuda", "cuda:N", "mps" or "auto" (cuda, else mps, else cpu); docs/guide.md §13
+    # "cpu", "cuda", "cuda:N", "mps" or "auto" (cuda, else mps, else cpu); docs/guide.md §7
     device: str = "cpu"
     ray_address: str | None = None
     # torch intra-op threads. Client models are small: one thread per job is fastest, and

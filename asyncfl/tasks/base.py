@@ -54,6 +54,11 @@ def refuse_running_statistics(task: str, model: torch.nn.Module) -> None:
             ])
 
 
+def _sum64(entries: torch.Tensor) -> torch.Tensor:
+    """``Σ entries`` accumulated in float64; on mps, which has no float64, on the CPU."""
+    return (entries.cpu() if entries.device.type == "mps" else entries).sum(dtype=torch.float64)
+
+
 @dataclass(frozen=True)
 class ClientData:
     """Features ``x`` (first axis = samples) and targets ``y`` of one client or of a test set."""
@@ -241,7 +246,7 @@ class Task:
             x, y = data.x[start : start + EVAL_CHUNK], data.y[start : start + EVAL_CHUNK]
             out = self.outputs(theta, x)
             entries = self.loss_fn(out, y)
-            loss, terms = loss + float(entries.sum(dtype=torch.float64)), terms + entries.numel()
+            loss, terms = loss + float(_sum64(entries)), terms + entries.numel()
             if self.classification:
                 correct += float((out.argmax(dim=-1) == y).sum())
         return loss, terms, correct
