@@ -23,8 +23,9 @@ cuDNN's plans, mps' shaders):
 
 Printed: the device (its name), the host (CPU model, load average, torch and its threads), per
 workload and way the median updates per second over ``--rounds`` rounds and their spread
-(min–max), and the ratios to the kernel and to pfl paired by round (the median of the per-round
-ratios). On an accelerator each timing ends with a synchronisation. Also printed: how far the
+(min–max), of wall time and of this process's CPU time (on a loaded machine the CPU time is the
+fair measure; on an accelerator the wall time is), and the ratios to the kernel and to pfl
+paired by round (the median of the per-round ratios). On an accelerator each timing ends with a synchronisation. Also printed: how far the
 batched models are from the job-by-job ones (float round-off: another summation order).
 
     python -m benchmarks.device [--device auto] [--rounds 5] [--cohort 20] [--pfl-python PATH]
@@ -156,20 +157,21 @@ def train_kernel(task: Task, cfg: ClientConfig, batches: list[list[tuple[torch.T
             p.copy_(s)
 
 
-def time_pfl(task: Task, batch: int) -> float | None:
-    """Seconds per cohort of pfl's FedAvg (one timed central iteration after an untimed one), or
-    None when pfl is not importable here."""
+def time_pfl(task: Task, batch: int) -> tuple[float, float] | None:
+    """``(wall, CPU)`` seconds per cohort of pfl's FedAvg (one timed central iteration after an
+    untimed one), or None when pfl is not importable here."""
     data = [(c.x, c.y) for c in task.clients]
     t = run_fedavg(copy.deepcopy(task.model), data, task.num_clients, 2, lr=LR, batch=batch, epochs=EPOCHS, sampler="minimize_reuse")
-    return None if t is None else t.end - t.first
+    return None if t is None else (t.end - t.first, t.end_cpu - t.first_cpu)
 
 
-def pfl_elsewhere(python: str, name: str, args: argparse.Namespace) -> float | None:
+def pfl_elsewhere(python: str, name: str, args: argparse.Namespace) -> tuple[float, float] | None:
     """:func:`time_pfl` run by ``python`` (an environment with pfl, torch, pydantic and asyncfl)."""
     cmd = [python, "-m", "benchmarks.device", "--pfl-worker", name, "--cohort", str(args.cohort), "--batch", str(args.batch),
            "--cifar-samples", str(args.cifar_samples), *(["--samples", str(args.samples)] if args.samples else [])]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return None if result is None else tuple(result)
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -186,58 +188,64 @@ def host() -> str:
 
 
 def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):9.2f} /s  ({min(values):.2f}–{max(values):.2f})"
+    return f"{statistics.median(values):8.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
 def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict:
     """One workload: every way timed once per round in rotated order; returns the updates per
-    second per way and round, and the batched models' distance from the job-by-job ones."""
+    second of wall and of CPU time (this process's: it does not count waiting for a core on a
+    shared machine, nor an accelerator's work) per way and round, and the batched models'
+    distance from the job-by-job ones."""
     cpu_task = workload(name, args)
     task = devices.place_task(cpu_task, device)
     cfg = client_config(args.batch)
     batches = kernel_batches(task, cfg)
     n = task.num_clients
 
-    def pfl() -> float | None:  # the CPU task's data and a copy of its model: pfl places them itself
+    def pfl() -> tuple[float, float] | None:  # the CPU task's data and a copy of its model: pfl places them itself
         return pfl_elsewhere(args.pfl_python, name, args) if args.pfl_python else time_pfl(cpu_task, args.batch)
 
-    def timed(fn: Callable[[], object]) -> float:
+    def timed(fn: Callable[[], object]) -> tuple[float, float]:
         synchronize(device)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         synchronize(device)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - start_cpu
 
-    ways: dict[str, Callable[[], float | None]] = {
+    ways: dict[str, Callable[[], tuple[float, float] | None]] = {
         "jobs": lambda: timed(lambda: train_jobs(task, cfg)),
         "batched": lambda: timed(lambda: train_batched(task, cfg)),
         "pfl": pfl,
         "kernel": lambda: timed(lambda: train_kernel(task, cfg, batches)),
     }
     rates: dict[str, list[float]] = {w: [] for w in WAYS}
+    cpu_rates: dict[str, list[float]] = {w: [] for w in WAYS}
     for way in ("jobs", "batched", "kernel"):  # warm-up (pfl times a second iteration itself)
         ways[way]()
     for r in range(args.rounds):
         for way in WAYS[r % len(WAYS):] + WAYS[: r % len(WAYS)]:
             seconds = ways[way]()
             if seconds is not None:
-                rates[way].append(n / seconds)
+                rates[way].append(n / seconds[0])
+                cpu_rates[way].append(n / seconds[1])
     a, b = train_jobs(task, cfg), train_batched(task, cfg)
     gap = max(float((x - y).abs().max()) for x, y in zip(a, b))
     return {"workload": name, "clients": n, "samples": sum(len(c) for c in task.clients), "d": task.dim,
-            "rates": {w: v for w, v in rates.items() if v}, "batched_max_abs_diff": gap}
+            "rates": {w: v for w, v in rates.items() if v}, "cpu_rates": {w: v for w, v in cpu_rates.items() if v},
+            "batched_max_abs_diff": gap}
 
 
 def report(result: dict) -> None:
-    rates = result["rates"]
+    rates, cpu = result["rates"], result["cpu_rates"]
     print(f"{result['workload']}: {result['clients']} clients, {result['samples']} training samples, d = {result['d']}; "
           f"batched − job by job: max |Δθ| = {result['batched_max_abs_diff']:.2e}")
+    print("   way      updates/s of wall: median (min–max), of CPU time; ratios paired by round (wall, CPU)")
     for way, values in rates.items():
-        line = f"   {way:8} {spread(values)}"
+        line = f"   {way:8} {spread(values)}  {spread(cpu[way])}"
         for ref in ("kernel", "pfl"):
             if ref in rates and ref != way:
-                paired = statistics.median(v / r for v, r in zip(values, rates[ref]))
-                line += f"   ÷ {ref} {paired:5.2f}"
+                paired = [statistics.median(v / r for v, r in zip(mine[way], mine[ref])) for mine in (rates, cpu)]
+                line += f"   ÷ {ref} {paired[0]:.2f}, {paired[1]:.2f}"
         print(line)
     if "pfl" not in rates:
         print("   pfl      not importable here (pip install pfl, or give --pfl-python)")
@@ -268,8 +276,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     devices.prepare(device)
     print(f"device: {devices.describe(device)}")
     print(f"host: {host()}")
-    print(f"{args.rounds} rounds, batch {args.batch}, {EPOCHS} epoch, lr {LR}; updates/s: median (min–max); "
-          f"ratios paired by round", flush=True)
+    print(f"{args.rounds} rounds, batch {args.batch}, {EPOCHS} epoch, lr {LR}", flush=True)
     results = []
     for name in args.workloads.split(","):
         results.append(measure(name, args, device))

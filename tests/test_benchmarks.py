@@ -152,6 +152,7 @@ def test_device_benchmark_smoke_measures_both_cnns_every_way_on_the_cpu(capsys):
     ways = {"jobs", "batched", "kernel"} | ({"pfl"} if importlib.util.find_spec("pfl") else set())
     for r in results:
         assert set(r["rates"]) == ways
-        assert all(len(v) == device.SMOKE["rounds"] and min(v) > 0 for v in r["rates"].values())
+        assert set(r["cpu_rates"]) == ways
+        assert all(len(v) == device.SMOKE["rounds"] and min(v) > 0 for rates in (r["rates"], r["cpu_rates"]) for v in rates.values())
         assert r["batched_max_abs_diff"] < 1e-5
     assert results[0]["d"] == 6_603_710 and results[1]["d"] == 122_570  # LEAF's CNN, the CIFAR CNN
