@@ -271,3 +271,30 @@ def test_resume_on_the_device_path_is_exact(tmp_path, monkeypatch):
     continues exactly: the same updates.csv and model as the uninterrupted run."""
     monkeypatch.setattr(devices, "available", lambda: NONE)
     whole_and_resumed(make_scenario({"run.device": "auto", "run.checkpoint_every": 4}), tmp_path)
+
+
+# -- on an accelerator (skipped where there is none: ready for a machine that has one) -----------
+ACCELERATOR = devices.resolve("auto")
+needs_accelerator = pytest.mark.skipif(ACCELERATOR.type == "cpu", reason="no cuda or mps device here")
+
+
+@needs_accelerator
+@pytest.mark.parametrize("batched", [False, True])
+def test_on_an_accelerator_updates_csv_is_the_cpus_and_the_model_close(batched, tmp_path):
+    """The schedule and every stream that decides what happens stay on the CPU: ``updates.csv``
+    (clients, versions, times, staleness) is the CPU run's byte for byte; the model differs in
+    the last bits only (another summation order; float32 gaussian-mlp)."""
+    over = {"task": {"name": "gaussian-mlp"}, "run.batched": batched}
+    run_to_dir_blocking(make_scenario(over), tmp_path / "cpu")
+    run_to_dir_blocking(make_scenario({**over, "run.device": str(ACCELERATOR)}), tmp_path / "acc")
+    assert (tmp_path / "acc" / "updates.csv").read_bytes() == (tmp_path / "cpu" / "updates.csv").read_bytes()
+    a, b = _model(tmp_path / "cpu"), _model(tmp_path / "acc")
+    assert all(b[k].device.type == "cpu" and torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-5) for k in a)
+
+
+@needs_accelerator
+def test_on_an_accelerator_a_run_repeats_and_resumes_exactly(tmp_path):
+    scenario = make_scenario({"task": {"name": "gaussian-mlp"}, "run.device": str(ACCELERATOR), "run.checkpoint_every": 4})
+    whole, _ = whole_and_resumed(scenario, tmp_path)
+    run_to_dir_blocking(scenario, tmp_path / "again")
+    assert (tmp_path / "again" / "model.pt").read_bytes() == (whole / "model.pt").read_bytes()
