@@ -298,3 +298,29 @@ def test_on_an_accelerator_a_run_repeats_and_resumes_exactly(tmp_path):
     whole, _ = whole_and_resumed(scenario, tmp_path)
     run_to_dir_blocking(scenario, tmp_path / "again")
     assert (tmp_path / "again" / "model.pt").read_bytes() == (whole / "model.pt").read_bytes()
+
+
+# -- determinism and the composition root's checks ----------------------------------------------
+def test_prepare_asks_an_accelerator_for_deterministic_kernels_and_the_cpu_for_nothing(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda on, **kw: calls.append((on, kw)))
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    devices.prepare(torch.device("cpu"))
+    assert calls == [] and "CUBLAS_WORKSPACE_CONFIG" not in __import__("os").environ
+    devices.prepare(torch.device("cuda:0"))
+    assert calls == [(True, {"warn_only": True})] and torch.backends.cudnn.benchmark is False
+    assert __import__("os").environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_compose_refuses_a_run_that_does_not_fit_the_devices_free_memory_before_building(monkeypatch):
+    """The composition root asks the resolved device for its free memory and refuses the run
+    (here: 1 kB free on a stand-in device) before the task is built."""
+    monkeypatch.setattr(devices, "resolve", lambda name, offer=None: META)
+    monkeypatch.setattr(devices, "prepare", lambda device: None)
+    monkeypatch.setattr(devices, "device_memory", lambda device: 1000)
+    built = []
+    monkeypatch.setattr(devices, "place_task", lambda task, device: built.append(task))
+    with pytest.raises(ScenarioError, match=r"run\.device = 'cuda'.*more than the 1\.0 kB free on meta: the device's workspaces and allocator slack: 536\.9 MB\. Lower"):
+        compose(make_scenario({"run.device": "cuda"}))
+    assert built == []

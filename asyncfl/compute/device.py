@@ -18,9 +18,9 @@ summation in matrix products, convolutions and reductions): ``updates.csv``'s ti
 staleness are the same on every device as long as no decision depends on the model's numbers
 (a norm screen at its bound, a divergence guard, a metric stop can tip either way).
 
-Checkpoints hold CPU tensors (:mod:`asyncfl.run.checkpoint`); :func:`to_device` puts a restored
-state on the run's device, so a checkpoint written on one device resumes on another (exactly on
-the same device). ``model.pt`` is always written from CPU tensors.
+Checkpoints hold CPU tensors (:mod:`asyncfl.run.checkpoint`: the file does not depend on the
+device that wrote it); :func:`to_device` puts a restored state on the run's device, where the run
+continues exactly. ``model.pt`` is always written from CPU tensors.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def prepare(device: torch.device) -> None:
     """Ask ``device`` for deterministic kernels (module doc): nothing on the CPU (whose kernels the
     golden runs recorded); on an accelerator ``torch.use_deterministic_algorithms(True,
     warn_only=True)`` (an operation without a deterministic kernel warns instead of failing) and,
-    for cuda, ``CUBLAS_WORKSPACE_CONFIG`` unless already set (read when cuBLAS starts)."""
+    for cuda, ``CUBLAS_WORKSPACE_CONFIG`` unless already set (read when cuBLAS starts). torch's
+    settings are the process's: once an accelerator run has asked, they stay on."""
     if device.type == "cpu":
         return
     if device.type == "cuda":

@@ -244,7 +244,8 @@ def check_device_memory(scenario: Scenario, available: int | None, device: str) 
     if est.total <= available:
         return est
     big = sorted((p for p in est.parts if p.bytes >= 0.1 * est.total), key=lambda p: -p.bytes)
-    listed = "; ".join(f"{p.what}: {fmt_bytes(p.bytes)} ({', '.join(_key_values(scenario, p.keys))})" for p in big)
+    listed = "; ".join(f"{p.what}: {fmt_bytes(p.bytes)}" + (f" ({', '.join(_key_values(scenario, p.keys))})" if p.keys else "")
+                       for p in big)
     raise ScenarioError([
         f"run.device = {scenario.run.device!r}: the scenario needs about {fmt_bytes(est.total)} of device memory, more "
         f"than the {fmt_bytes(available)} free on {device}: {listed}. Lower these keys, or run on another device"
