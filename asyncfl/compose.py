@@ -5,8 +5,11 @@ Every component is built here, and only here, by its builder of the one shape ``
 (:mod:`asyncfl.components.contracts`) with its own config: the task, the fleet (its latency and
 availability models), the server rule and the algorithm over its aggregator (exact, or private
 with the mechanism's setup), the protocol, the update hook, the local solver and the executor.
-The random streams are made here too, so parts that draw share the run's streams. Everything
-below this module receives objects; nothing below it reads a whole scenario.
+The random streams are made here too, so parts that draw share the run's streams. The device
+``run.device`` names is resolved here (:mod:`asyncfl.compute.device`): the task is placed on it,
+and the algorithm, the aggregator and the executor compute where the task's tensors are; the
+streams stay on the CPU. Everything below this module receives objects; nothing below it reads
+a whole scenario.
 
 Overrides replace a built part (``compose(sc, task=my_task)``, ``fleet=...``, ``availability=...``
 (a schedule, or None), ``algorithm=...``, ``executor=...``): what a test or a user's own
@@ -31,12 +34,13 @@ from asyncfl.clients.context import FleetContext
 from asyncfl.clients.fleet import Fleet, draw_speeds
 from asyncfl.clients.profiles import ClientProfiles, sample_counts
 from asyncfl.components.contracts import BuildContext
+from asyncfl.compute import device as devices
 from asyncfl.compute.executors import Executor, ExecutorContext, TaskRecipe
 from asyncfl.privacy.dispatch import ledger_terms
 from asyncfl.compute.solvers import LocalSolver
 from asyncfl.compute.training import LocalJob
 from asyncfl.config import checks
-from asyncfl.config.memory import check_memory
+from asyncfl.config.memory import check_device_memory, check_memory
 from asyncfl.config.registries import EXECUTORS, SOLVERS
 from asyncfl.config.scenario import ClientConfig, Scenario, one_upload_per_client
 from asyncfl.errors import ScenarioError
@@ -59,6 +63,9 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
     unknown = sorted(set(overrides) - set(OVERRIDES))
     if unknown:
         raise TypeError(f"compose(): unknown overrides {unknown}; allowed: {', '.join(OVERRIDES)}")
+    device = devices.resolve(scenario.run.device)  # an absent device is refused before anything is built
+    devices.refuse_unsupported(device, private=scenario.privacy.enabled)
+    devices.prepare(device)
     ctx = context(scenario)
     # a task is a function of its config, clients and seed alone: its builder sees no run stream
     # (ctx.stream derives one from the seed and a name), the same context a worker rebuilds it with
@@ -67,7 +74,9 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
     task_built = task is None
     if task is None:
         check_memory(scenario)
+        check_device_memory(scenario, devices.device_memory(device), str(device))
         task = scenario.component("task").make(scenario.task, task_ctx)
+    task = devices.place_task(task, device)
     ctx = ctx.with_(task=task)
     streams = dict(ctx.streams)
     private_setup, aggregator = private_aggregator(scenario, task.dim) if scenario.privacy.enabled else (None, None)
@@ -266,5 +275,6 @@ def executor_factory(scenario: Scenario, task: Task, recipe: TaskRecipe | None =
             f"run.batched = true, run.executor = {run.executor!r}: batched training runs with the executors "
             f"{', '.join(ok)} (set one of them, or run.batched = false)"
         ])
-    ectx = ExecutorContext(task, scenario.client, build_solver(scenario), run, recipe)
+    device = "cpu" if task is None else str(devices.device_of(task))  # where compose placed the task
+    ectx = ExecutorContext(task, scenario.client, build_solver(scenario), run, recipe, device)
     return functools.partial(executor.make, None, ectx)

@@ -135,3 +135,24 @@ def test_scale_benchmark_measures_one_size_in_a_fresh_process():
     assert row["peak_rss_bytes"] >= row["baseline_rss_bytes"] > 0 and row["arrivals_per_s"] > 0
     line = scale.report([row]).splitlines()[1]
     assert line.split()[:3] == ["300", "30", f"{row['arrivals']:,}"] and line.endswith(f"{row['load_after']:<4.1f}")
+
+
+def test_device_benchmark_smoke_measures_both_cnns_every_way_on_the_cpu(capsys):
+    """benchmarks/device.py at its smoke size on the CPU (what CI runs): the device's name, both
+    workloads, job by job, batched and the bare kernel timed every round (pfl too where it is
+    importable), and batched models equal to the job-by-job ones to float round-off."""
+    import importlib.util
+
+    from benchmarks import device
+
+    results = device.main(["--smoke", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert out.startswith("device: cpu\nhost: ") and "load average" in out
+    assert [r["workload"] for r in results] == ["leaf-cnn", "cifar-cnn"]
+    ways = {"jobs", "batched", "kernel"} | ({"pfl"} if importlib.util.find_spec("pfl") else set())
+    for r in results:
+        assert set(r["rates"]) == ways
+        assert set(r["cpu_rates"]) == ways
+        assert all(len(v) == device.SMOKE["rounds"] and min(v) > 0 for rates in (r["rates"], r["cpu_rates"]) for v in rates.values())
+        assert r["batched_max_abs_diff"] < 1e-5
+    assert results[0]["d"] == 6_603_710 and results[1]["d"] == 122_570  # LEAF's CNN, the CIFAR CNN

@@ -17,6 +17,11 @@ not depend on the executor.
 
 The names are registered in :data:`asyncfl.config.registries.EXECUTORS` (docs/architecture.md);
 :func:`make_executor` builds the one ``run.executor`` names.
+
+On a device (``run.device``, :mod:`asyncfl.compute.device`) the in-process executors train where
+the task's tensors are; process and Ray workers place the task they build on the same device,
+models travel between processes as CPU arrays, and the parent puts each result on the run's
+device.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import numpy as np
 import torch
 
 from asyncfl.components.contracts import BuildContext
+from asyncfl.compute.device import device_of, place_task, prepare
 from asyncfl.compute.lifetime import die_with_parent
 from asyncfl.compute.solvers import LocalSolver
 from asyncfl.compute.training import LocalJob
@@ -262,6 +268,14 @@ class TaskRecipe(NamedTuple):
     ctx: BuildContext
 
 
+def _worker_task(source: TaskRecipe | bytes, device: str) -> Task:
+    """A worker's task: built from ``source`` and placed on the run's ``device`` (its
+    deterministic settings asked for there too)."""
+    where = torch.device(device)
+    prepare(where)
+    return place_task(_build_source(source), where)
+
+
 def _build_source(source: TaskRecipe | bytes) -> Task:
     """A task from what the parent sent: a :class:`TaskRecipe`, or the pickled task itself (a
     task passed to :class:`~asyncfl.sim.engine.Simulation` by hand)."""
@@ -271,7 +285,8 @@ def _build_source(source: TaskRecipe | bytes) -> Task:
 
 
 def _task_source(task: Task, recipe: TaskRecipe | None) -> TaskRecipe | bytes:
-    return recipe if recipe is not None else pickle.dumps(task)
+    """The recipe, or the task pickled from the CPU (a worker places it on the run's device)."""
+    return recipe if recipe is not None else pickle.dumps(place_task(task, torch.device("cpu")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +302,7 @@ def _train_group(task: Task, cfg: ClientConfig, solver: LocalSolver, jobs: list[
     """The trained models of ``jobs`` as one ``(n, d)`` array: one ``solver.train_batched`` call,
     or ``solver.train`` job by job."""
     models = solver.train_batched(task, cfg, jobs) if batched else [solver.train(task, cfg, job) for job in jobs]
-    return torch.stack([m.reshape(-1) for m in models]).numpy()
+    return torch.stack([m.reshape(-1) for m in models]).cpu().numpy()
 
 
 class _WorkerVersions:
@@ -301,27 +316,29 @@ class _WorkerVersions:
     the first job of every version into a group of its own, trained unbatched — for 5 local
     epochs that doubled the time of a 25-job group.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | str = "cpu") -> None:
         self._by_key: collections.OrderedDict[int, torch.Tensor] = collections.OrderedDict()
+        self._device = torch.device(device)
 
     def get(self, spec: tuple) -> torch.Tensor:
         key = spec[0]
         if len(spec) == 2 and key not in self._by_key:
-            self._by_key[key] = torch.from_numpy(spec[1])
+            self._by_key[key] = torch.from_numpy(spec[1]).to(self._device)
             if len(self._by_key) > WORKER_CACHE:
                 self._by_key.popitem(last=False)
         return self._by_key[key]
 
 
 def _process_worker(parent: int, by_main_thread: bool, source: TaskRecipe | bytes, cfg: ClientConfig, solver: LocalSolver,
-                    threads: int, jobs: "mp.Queue", results: "mp.Queue") -> None:
-    """A training process: build the task once, then serve groups of jobs until ``None``. It
-    dies with the process that started it (:func:`~asyncfl.compute.lifetime.die_with_parent`)."""
+                    threads: int, jobs: "mp.Queue", results: "mp.Queue", device: str = "cpu") -> None:
+    """A training process: build the task once (on ``device``), then serve groups of jobs until
+    ``None``. It dies with the process that started it
+    (:func:`~asyncfl.compute.lifetime.die_with_parent`)."""
     die_with_parent(parent, by_main_thread)
     if threads:
         torch.set_num_threads(threads)
-    task = _build_source(source)
-    versions = _WorkerVersions()
+    task = _worker_task(source, device)
+    versions = _WorkerVersions(device)
 
     while (msg := jobs.get()) is not None:
         group_id, batched, specs = msg
@@ -346,15 +363,16 @@ class ProcessExecutor(_GroupExecutor):
     worker, and the workers train while the engine goes on simulating."""
 
     def __init__(self, task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig,
-                 recipe: TaskRecipe | None = None) -> None:
+                 recipe: TaskRecipe | None = None, device: str = "cpu") -> None:
         ctx = mp.get_context("spawn")
+        self._device = torch.device(device)
         source = _task_source(task, recipe)
         self._results: mp.Queue = ctx.Queue()
         self._queues = [ctx.Queue() for _ in range(run.workers)]
         by_main_thread = threading.current_thread() is threading.main_thread()
         self._procs = [
             ctx.Process(target=_process_worker, args=(os.getpid(), by_main_thread, source, client, solver, run.torch_threads, q,
-                                                          self._results),
+                                                          self._results, device),
                         name=f"asyncfl-train-{i}", daemon=True)
             for i, q in enumerate(self._queues)
         ]
@@ -372,7 +390,7 @@ class ProcessExecutor(_GroupExecutor):
         self._closed = False
 
     def _spec(self, worker: int, tensor: torch.Tensor) -> tuple:
-        key, array, _ = self._keys.get(tensor, lambda t: t.detach().numpy())
+        key, array, _ = self._keys.get(tensor, lambda t: t.detach().cpu().numpy())
         sent = self._sent[worker]
         if key in sent:
             return (key,)
@@ -408,7 +426,7 @@ class ProcessExecutor(_GroupExecutor):
             with self._lock:
                 futures, worker, loop = self._futures.pop(group_id)
                 self._load[worker] -= len(futures)
-            loop.call_soon_threadsafe(_resolve_group, futures, block, error)  # one wake-up per group
+            loop.call_soon_threadsafe(_resolve_group, futures, block, error, self._device)  # one wake-up per group
 
     async def aclose(self) -> None:
         if self._closed:
@@ -433,10 +451,16 @@ class ProcessExecutor(_GroupExecutor):
             q.join_thread()
 
 
-def _resolve_group(futures: list[asyncio.Future], block: np.ndarray | None, error: str | None) -> None:
-    """Every job's trained model is a row of the group's block (one tensor over the received
-    array, cut into row views at once, not a tensor built per job)."""
-    rows = None if block is None else torch.from_numpy(block).unbind(0)
+def _rows(block: np.ndarray, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The rows of a group's ``(n, d)`` result on the run's ``device``: one tensor over the
+    received array (moved once), cut into row views at once, not a tensor built per job."""
+    return torch.from_numpy(block).to(device).unbind(0)
+
+
+def _resolve_group(futures: list[asyncio.Future], block: np.ndarray | None, error: str | None,
+                   device: torch.device = torch.device("cpu")) -> None:
+    """Every job's trained model is a row of the group's block (:func:`_rows`)."""
+    rows = None if block is None else _rows(block, device)
     for i, future in enumerate(futures):
         _resolve(future, None if rows is None else rows[i], error)
 
@@ -455,7 +479,7 @@ _RAY_TASKS: dict[str, Task] = {}  # per Ray worker process: tasks built so far, 
 
 
 def _ray_train(source_key: str, source_box: list, client: ClientConfig, solver: LocalSolver, threads: int, batched: bool,
-               specs: list[tuple[int, int, float, int, int, int | None]], *versions: np.ndarray) -> np.ndarray:
+               device: str, specs: list[tuple[int, int, float, int, int, int | None]], *versions: np.ndarray) -> np.ndarray:
     """A Ray remote task: builds the task once per worker process (cached) and trains a group
     of jobs (one job unbatched; one flush's share with ``run.batched``) into an ``(n, d)`` array.
     The group's model versions are the task's own arguments (references that Ray resolves
@@ -466,8 +490,8 @@ def _ray_train(source_key: str, source_box: list, client: ClientConfig, solver: 
     if task is None:
         if threads:
             torch.set_num_threads(threads)
-        task = _RAY_TASKS[source_key] = _build_source(ray.get(source_box[0]))
-    tensors = [torch.from_numpy(v) for v in versions]
+        task = _RAY_TASKS[source_key] = _worker_task(ray.get(source_box[0]), device)
+    tensors = [torch.from_numpy(v).to(device_of(task)) for v in versions]
     jobs = [LocalJob(k, tensors[start], tensors[centre], mu, seed, local_steps=steps)
             for k, seed, mu, start, centre, steps in specs]
     return _train_group(task, client, solver, jobs, batched)
@@ -483,7 +507,7 @@ class RayExecutor(_GroupExecutor):
     group per CPU of the cluster and each group is one task (``train_batched``)."""
 
     def __init__(self, task: Task, client: ClientConfig, solver: LocalSolver, run: RunConfig,
-                 recipe: TaskRecipe | None = None) -> None:
+                 recipe: TaskRecipe | None = None, device: str = "cpu") -> None:
         import uuid
 
         if not run.ray_address:  # a local instance listens on loopback only (read when ray is imported)
@@ -499,7 +523,7 @@ class RayExecutor(_GroupExecutor):
         self._source = [ray.put(source)]  # boxed in a list: workers fetch it only on a cache miss
         self._source_key = uuid.uuid4().hex
         self._client, self._solver = client, solver
-        self._threads = run.torch_threads
+        self._threads, self._device = run.torch_threads, device
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_train)
         self._keys = _VersionKeys(size=16)
         self._slots = max(1, int(ray.cluster_resources().get("CPU", run.workers))) if run.batched else 1
@@ -511,7 +535,7 @@ class RayExecutor(_GroupExecutor):
             self._send(group, batched=True)
 
     def _send(self, group: Pending, batched: bool) -> None:
-        put = lambda t: self._ray.put(t.detach().numpy())  # noqa: E731
+        put = lambda t: self._ray.put(t.detach().cpu().numpy())  # noqa: E731
         versions: dict[int, tuple[int, Any]] = {}  # version key → (argument index, reference)
 
         def index(tensor: torch.Tensor) -> int:
@@ -526,10 +550,10 @@ class RayExecutor(_GroupExecutor):
         # the versions as top-level arguments, not references nested in the specs: Ray resolves
         # them before the call (no ray.get inside the task) and tracks one borrowed reference
         # per version instead of two per job
-        ref = self._remote.remote(self._source_key, self._source, self._client, self._solver, self._threads, batched, specs,
-                                  *(r for _, r in versions.values()))
-        futures = [future for _, future in group]
-        asyncio.wrap_future(ref.future()).add_done_callback(lambda f: _copy_rows(f, futures))
+        ref = self._remote.remote(self._source_key, self._source, self._client, self._solver, self._threads, batched,
+                                  self._device, specs, *(r for _, r in versions.values()))
+        futures, device = [future for _, future in group], torch.device(self._device)
+        asyncio.wrap_future(ref.future()).add_done_callback(lambda f: _copy_rows(f, futures, device))
 
     async def aclose(self) -> None:
         if self._batcher is not None:
@@ -538,12 +562,12 @@ class RayExecutor(_GroupExecutor):
             self._ray.shutdown()
 
 
-def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future]) -> None:
-    """Resolve each job's future with its row of the group's ``(n, d)`` result."""
+def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future], device: torch.device = torch.device("cpu")) -> None:
+    """Resolve each job's future with its row of the group's ``(n, d)`` result, on ``device``."""
     if not src.cancelled():  # retrieve the outcome even if every job was cancelled meanwhile, or
         error = src.exception()  # asyncio logs "exception never retrieved" (ray.shutdown() fails pending tasks)
     block = np.array(src.result()) if not src.cancelled() and error is None else None  # a writable copy of Ray's buffer
-    rows = None if block is None else torch.from_numpy(block).unbind(0)  # row views, cut at once
+    rows = None if block is None else _rows(block, device)  # row views, cut at once
     for i, dst in enumerate(dsts):
         if dst.done():  # cancelled (a straggler, the end of the run)
             continue
@@ -561,14 +585,16 @@ def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future]) -> None:
 class ExecutorContext(NamedTuple):
     """What an executor's builder is told (docs/architecture.md §4): the built task, the
     ``[client]`` section its solver reads, the solver ``client.solver`` names, the ``[run]``
-    section (``run.workers``, ``run.batched``, …) and how a worker rebuilds the task (None: the
-    task was given by hand, workers receive its data)."""
+    section (``run.workers``, ``run.batched``, …), how a worker rebuilds the task (None: the
+    task was given by hand, workers receive its data) and the device the run computes on (the
+    task's; ``run.device`` resolved, :mod:`asyncfl.compute.device`)."""
 
     task: Task
     client: ClientConfig
     solver: LocalSolver
     run: RunConfig
     recipe: TaskRecipe | None = None
+    device: str = "cpu"
 
 
 def build_inline(cfg: None, ctx: ExecutorContext) -> Executor:
@@ -584,7 +610,7 @@ def build_threads(cfg: None, ctx: ExecutorContext) -> Executor:
 
 def build_processes(cfg: None, ctx: ExecutorContext) -> Executor:
     """``processes``: :class:`ProcessExecutor` with ``run.workers`` processes."""
-    return ProcessExecutor(ctx.task, ctx.client, ctx.solver, ctx.run, ctx.recipe)
+    return ProcessExecutor(ctx.task, ctx.client, ctx.solver, ctx.run, ctx.recipe, ctx.device)
 
 
 def build_ray(cfg: None, ctx: ExecutorContext) -> Executor:
@@ -596,4 +622,4 @@ def build_ray(cfg: None, ctx: ExecutorContext) -> Executor:
             f"run.executor = {ctx.run.executor!r}: Ray is not installed; install it with "
             "`pip install asyncfl[ray]` (or choose inline, threads or processes)"
         ]) from None
-    return RayExecutor(ctx.task, ctx.client, ctx.solver, ctx.run, ctx.recipe)
+    return RayExecutor(ctx.task, ctx.client, ctx.solver, ctx.run, ctx.recipe, ctx.device)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from asyncfl.compute.device import batches_on, device_of
 from asyncfl.tasks.base import Task
 from asyncfl.tasks.common import cross_entropy
 
@@ -168,9 +169,11 @@ def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> li
     as :func:`sgd_train`); batches of unequal size (different ``n_k``, the last batch of an
     epoch, full batches) are padded with a real sample and masked out of the mean. The result
     equals per-client training to float round-off (the masked mean sums in another order).
-    A task with ``batched_training = False`` is trained job by job (docs/tasks.md §9).
+    A task that does not batch on its device (:func:`~asyncfl.compute.device.batches_on`: its
+    ``batched_training`` trait on the CPU, ``batched_on_accelerator`` on an accelerator) is trained
+    job by job (docs/tasks.md §9).
     """
-    if not jobs or not task.batched_training:
+    if not jobs or not batches_on(task, device_of(task)):
         return [sgd_train(task, cfg, job) for job in jobs]
     groups: dict[tuple, list[int]] = {}
     clients = task.clients
@@ -274,15 +277,17 @@ def _lengths(n: int, steps: int, b: int, cfg: ClientConfig) -> torch.Tensor:
 
 def _group_batches(task: Task, cfg: ClientConfig, jobs: list[LocalJob], sizes: list[int] | None = None) -> GroupBatches:
     """Gather every step's batch of every job in one indexing op on the pooled training data
-    (``sizes``: the jobs' clients' sample counts, when the caller has them)."""
+    (``sizes``: the jobs' clients' sample counts, when the caller has them). The indices are drawn
+    on the CPU (the jobs' own generators) and the batches gathered on the data's device."""
     if sizes is None:
         sizes = [len(task.clients[j.client]) for j in jobs]
     index, lengths = group_indices(sizes, [j.seed for j in jobs], cfg)
     index, lengths = index.transpose(0, 1), lengths.transpose(0, 1)  # step major
-    mask = (torch.arange(index.shape[-1]) < lengths[..., None]).to(task.dtype)
     pooled = task.pooled_training_data()
-    rows = (index + task.client_offsets()[torch.tensor([j.client for j in jobs])][None, :, None]).reshape(-1)
-    scale = torch.tensor([task.objective_scale(j.client) for j in jobs], dtype=task.dtype)
+    device = pooled.x.device
+    mask = (torch.arange(index.shape[-1]) < lengths[..., None]).to(device=device, dtype=task.dtype)
+    rows = (index + task.client_offsets()[torch.tensor([j.client for j in jobs])][None, :, None]).reshape(-1).to(device)
+    scale = torch.tensor([task.objective_scale(j.client) for j in jobs], dtype=task.dtype, device=device)
     x = pooled.x.index_select(0, rows).view(*index.shape, *pooled.x.shape[1:])  # ~4x faster than x[rows]
     y = pooled.y.index_select(0, rows).view(*index.shape, *pooled.y.shape[1:])
     return GroupBatches(x, y, mask, scale)
@@ -362,7 +367,7 @@ def _train_group_mlp(task: Task, cfg: ClientConfig, jobs: list[LocalJob], batche
     start = task.unflatten(jobs[0].start.detach())  # in the flat layout's order
     names = [w for w, _ in layers] + [b for _, b in layers]  # W_1..W_L, b_1..b_L
     sizes = [G * start[n].numel() for n in names]
-    theta, grad = torch.empty(sum(sizes), dtype=task.dtype), torch.empty(sum(sizes), dtype=task.dtype)
+    theta, grad = (torch.empty(sum(sizes), dtype=task.dtype, device=X.device) for _ in range(2))
     params = [v.view(G, *start[n].shape) for n, v in zip(names, theta.split(sizes))]
     grads = [v.view(G, *start[n].shape) for n, v in zip(names, grad.split(sizes))]
     for n, p in zip(names, params):

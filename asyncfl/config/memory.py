@@ -43,6 +43,14 @@ The estimate (bytes) is the sum of these parts, each from the resolved scenario 
   model vectors;
 * **the interpreter and torch** — :data:`BASE_BYTES`.
 
+On an accelerator (``run.device``, :mod:`asyncfl.compute.device`) the device's memory is checked
+too (:func:`device_estimate`, :func:`check_device_memory`): the task's data (``task.data_bytes(N)``,
+built on the CPU and copied over), the pooled copy with ``run.train_loss``, the model vectors and
+the components' own parts (counted where the model is: a rule's state, MA's history) and
+:data:`DEVICE_BASE_BYTES` for the kernels' workspaces and the caching allocator's slack, against
+the device's free memory (cuda: ``torch.cuda.mem_get_info``; mps: its recommended working set).
+The per-step records, the population and the bias report stay in host memory.
+
 The machine's memory is the smaller of the physical memory and the control group's limit
 (:func:`machine_memory`). The estimate is meant to be within a factor of two of the real peak
 (``tests/test_hostile.py`` compares it with built tasks), so it refuses only scenarios that
@@ -88,6 +96,9 @@ LEDGER_BYTES_PER_CLIENT = 17
 IN_FLIGHT_BYTES = 1280
 #: a process worker's own interpreter and torch
 WORKER_BASE_BYTES = 300 << 20
+#: on an accelerator, beside the estimate: cuBLAS/cuDNN workspaces and the caching allocator's
+#: slack (the context itself is already taken from the free memory the device reports)
+DEVICE_BASE_BYTES = 512 << 20
 
 
 Part = MemoryPart
@@ -181,23 +192,64 @@ def estimate(scenario: Scenario) -> MemoryEstimate:
     if parts_of["executor"].traits.task_per_worker:
         parts.append(Part(f"{run.workers} worker processes, each building the task",
                           run.workers * (task.build_bytes(n) + WORKER_BASE_BYTES), ("run.workers", *keys)))
+    parts.extend(model_parts(scenario))
+    parts.extend(record_parts(scenario))
+    parts.extend(population_parts(scenario))
+    in_flight_key = parts_of["protocol"].traits.in_flight_key
+    in_flight = getattr(server, in_flight_key) or 1
+    parts.append(Part("clients in flight (bookkeeping)", in_flight * IN_FLIGHT_BYTES, (f"server.{in_flight_key}",)))
+    parts.append(Part("the interpreter and torch", BASE_BYTES, ()))
+    return MemoryEstimate(tuple(parts))
+
+
+def model_parts(scenario: Scenario) -> list[Part]:
+    """The model vectors (θ, rule state, clients in flight, the buffer, one per worker thread)
+    and every component's own parts (its ``memory`` trait): what lives where the model does."""
+    task, run, server, n = scenario.task, scenario.run, scenario.server, scenario.population.clients
+    parts_of = scenario.components()
     vector = task.model_params() * task.itemsize
     in_flight_key = parts_of["protocol"].traits.in_flight_key
     in_flight = getattr(server, in_flight_key) or 1
     copies = FIXED_MODEL_COPIES + 2 * in_flight + (server.buffer or 1)
     if parts_of["executor"].traits.model_per_worker:
         copies += run.workers
-    parts.append(Part("model vectors (θ, rule state, clients in flight, the buffer)", copies * vector,
-                      (f"server.{in_flight_key}", "server.buffer", "task")))
+    parts = [Part("model vectors (θ, rule state, clients in flight, the buffer)", copies * vector,
+                  (f"server.{in_flight_key}", "server.buffer", "task"))]
     shape = MemoryShape(task.model_params(), task.itemsize, n, run.steps, in_flight)
     for kind, component in parts_of.items():
-        own = component.traits.memory(scenario.config_of(kind), shape)
-        parts.extend(own)
-    parts.extend(record_parts(scenario))
-    parts.extend(population_parts(scenario))
-    parts.append(Part("clients in flight (bookkeeping)", in_flight * IN_FLIGHT_BYTES, (f"server.{in_flight_key}",)))
-    parts.append(Part("the interpreter and torch", BASE_BYTES, ()))
+        parts.extend(component.traits.memory(scenario.config_of(kind), shape))
+    return parts
+
+
+def device_estimate(scenario: Scenario) -> MemoryEstimate:
+    """The memory ``scenario`` needs on an accelerator (the module docstring): the task's data,
+    the pooled copy with ``run.train_loss``, :func:`model_parts` and :data:`DEVICE_BASE_BYTES`."""
+    task, run, n = scenario.task, scenario.run, scenario.population.clients
+    keys = task.size_keys()
+    parts = [Part("the task's data on the device", task.data_bytes(n), (*keys, "run.device"))]
+    if run.train_loss:
+        parts.append(Part("the pooled training data for run.train_loss", task.data_bytes(n), (*keys, "run.train_loss")))
+    parts.extend(model_parts(scenario))
+    parts.append(Part("the device's workspaces and allocator slack", DEVICE_BASE_BYTES, ()))
     return MemoryEstimate(tuple(parts))
+
+
+def check_device_memory(scenario: Scenario, available: int | None, device: str) -> MemoryEstimate | None:
+    """Refuse (:class:`ScenarioError`) a scenario whose :func:`device_estimate` exceeds
+    ``available``, the free memory of ``device`` (None: a CPU run, nothing to check); returns
+    the estimate otherwise."""
+    if available is None:
+        return None
+    est = device_estimate(scenario)
+    if est.total <= available:
+        return est
+    big = sorted((p for p in est.parts if p.bytes >= 0.1 * est.total), key=lambda p: -p.bytes)
+    listed = "; ".join(f"{p.what}: {fmt_bytes(p.bytes)}" + (f" ({', '.join(_key_values(scenario, p.keys))})" if p.keys else "")
+                       for p in big)
+    raise ScenarioError([
+        f"run.device = {scenario.run.device!r}: the scenario needs about {fmt_bytes(est.total)} of device memory, more "
+        f"than the {fmt_bytes(available)} free on {device}: {listed}. Lower these keys, or run on another device"
+    ])
 
 
 def population_parts(scenario: Scenario) -> list[Part]:

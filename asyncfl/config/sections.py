@@ -8,9 +8,10 @@ scenario (:mod:`asyncfl.config.scenario`) is built above both. Torch-free.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Protocol
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from asyncfl.config.base import NonNegFloat, PosFloat, PosInt, Probability, Section
 from asyncfl.config.stop import StopConfig
@@ -72,6 +73,11 @@ class ServerConfig(Section):
 
 # ---------------------------------------------------------------------------------------------
 # [run]
+#: run.device's values (asyncfl.compute.device resolves them against the machine)
+DEVICE_NAME = re.compile(r"cpu|cuda(:\d{1,3})?|mps|auto")
+DEVICE_NAMES = '"cpu", "cuda", "cuda:N", "mps", "auto"'
+
+
 class RunConfig(Section):
     """Length, evaluation, placement of compute, checkpoints and numerical guards."""
 
@@ -83,6 +89,9 @@ class RunConfig(Section):
     executor: str = "inline"  # a component (docs/architecture.md §4)
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
     batched: bool = False  # train clients of one model version together (torch.func.vmap)
+    # where the model, the data, training and the server compute (asyncfl.compute.device):
+    # "cpu", "cuda", "cuda:N", "mps" or "auto" (cuda, else mps, else cpu); docs/guide.md §7
+    device: str = "cpu"
     ray_address: str | None = None
     # torch intra-op threads. Client models are small: one thread per job is fastest, and
     # parallelism across clients comes from the executor. 0 = leave torch's default.
@@ -100,6 +109,13 @@ class RunConfig(Section):
     # experiment trackers to log to (docs/run-directory.md §15) and their own keys, by name
     trackers: Annotated[list[Annotated[str, Field(min_length=1, max_length=300)]], Field(max_length=16)] | None = None
     tracker: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        if not DEVICE_NAME.fullmatch(value):
+            raise ValueError(f"not a device; allowed: {DEVICE_NAMES}")
+        return value
 
 
 # ---------------------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def encode(value: Any, path: str = "state") -> Any:
     """``value`` as checkpointable data (see the module docstring); raises CheckpointError
     naming the path of a value that is not declared state."""
     if isinstance(value, torch.Tensor):
-        return value.detach()
+        return value.detach().cpu()  # saved device-independently: restored to the run's device (asyncfl.compute.device)
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, np.ndarray):

@@ -70,7 +70,7 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
         setup, spent = sim.privacy_setup, sim.participation.spent  # type: ignore[union-attr]
         writer.write_privacy_clients(per_client.client_rows(spent, setup.sigma, setup.delta, setup.accountant,
                                                             release=setup.client_release))
-    writer.write_model({k: v.detach().clone() for k, v in sim.task.unflatten(sim.theta).items()})
+    writer.write_model({k: v.detach().cpu().clone() for k, v in sim.task.unflatten(sim.theta).items()})  # from the CPU, any device
     bias_report.finish_hook(sim, writer.path)
     summary = {**sim.summary(), "status": status, **(extra or {})}
     writer.write_summary(summary)

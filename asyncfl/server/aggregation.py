@@ -89,7 +89,7 @@ def weighted_sum(weights: np.ndarray, tensors: Sequence[torch.Tensor]) -> torch.
     the stacked tensors (:func:`stack_rows`): a loop of ``add_`` cost ~3 µs per update in op
     overhead."""
     block = stack_rows(tensors)
-    return (torch.as_tensor(weights, dtype=block.dtype) @ block).reshape(tensors[0].shape)
+    return (torch.as_tensor(weights, dtype=block.dtype, device=block.device) @ block).reshape(tensors[0].shape)
 
 
 class Aggregator(Protocol):

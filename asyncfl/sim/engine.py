@@ -47,6 +47,7 @@ from asyncfl import privacy
 from asyncfl import rng as rngmod
 from asyncfl.clients.participation import Participation
 from asyncfl.privacy.dispatch import stall_reason
+from asyncfl.compute.device import device_of, to_device
 from asyncfl.compute.executors import Executor
 from asyncfl.compute.training import LocalJob
 from asyncfl.errors import (
@@ -301,9 +302,11 @@ class Simulation:
     def restore(self, state: SimState) -> None:
         """Put ``state`` into this freshly built, not yet started simulation (built from the same
         scenario; ``asyncfl.run.checkpoint.validate`` has checked that the state fits it). The
-        clients' clock events and jobs are restarted when the run starts (:meth:`_restart`)."""
+        clients' clock events and jobs are restarted when the run starts (:meth:`_restart`). The
+        state's tensors (a checkpoint holds CPU tensors) are put on the run's device first."""
         if self._started:
             raise CheckpointError("restore() needs a simulation that has not started")
+        state = to_device(state, device_of(self.task))
         records = {c.seq: InFlight(c.seq, c.client, c.version, c.dispatch_time, c.arrival_time, c.job,
                                    future=None, offline_time=c.offline_time)  # type: ignore[arg-type]
                    for c in state.clients}

@@ -54,6 +54,11 @@ def refuse_running_statistics(task: str, model: torch.nn.Module) -> None:
             ])
 
 
+def _sum64(entries: torch.Tensor) -> torch.Tensor:
+    """``Σ entries`` accumulated in float64; on mps, which has no float64, on the CPU."""
+    return (entries.cpu() if entries.device.type == "mps" else entries).sum(dtype=torch.float64)
+
+
 @dataclass(frozen=True)
 class ClientData:
     """Features ``x`` (first axis = samples) and targets ``y`` of one client or of a test set."""
@@ -89,7 +94,7 @@ class QuadraticForm:
         d = H.shape[0]
         if mu == 0.0:
             return torch.linalg.lstsq(H, g.unsqueeze(-1)).solution.squeeze(-1)
-        return torch.linalg.solve(H + mu * torch.eye(d, dtype=H.dtype), g + mu * center)
+        return torch.linalg.solve(H + mu * torch.eye(d, dtype=H.dtype, device=H.device), g + mu * center)
 
     def pooled_solution(self) -> torch.Tensor:
         """``θ* = (Σ_k H_k)⁻¹ Σ_k g_k`` (docs/baselines.md)."""
@@ -136,6 +141,9 @@ class Task:
     #: False: ``train_batched`` trains this task's jobs one by one (its model is slower batched,
     #: or has no batching rule: docs/tasks.md §9); the results are the same either way
     batched_training: bool = True
+    #: the same on an accelerator (run.device, :func:`asyncfl.compute.device.batches_on`): False only
+    #: for a model that ``vmap`` cannot batch (torch's fused LSTM has no batching rule); docs/tasks.md §9
+    batched_on_accelerator: bool = True
 
     def __post_init__(self) -> None:
         refuse_running_statistics(self.name, self.model)
@@ -238,7 +246,7 @@ class Task:
             x, y = data.x[start : start + EVAL_CHUNK], data.y[start : start + EVAL_CHUNK]
             out = self.outputs(theta, x)
             entries = self.loss_fn(out, y)
-            loss, terms = loss + float(entries.sum(dtype=torch.float64)), terms + entries.numel()
+            loss, terms = loss + float(_sum64(entries)), terms + entries.numel()
             if self.classification:
                 correct += float((out.argmax(dim=-1) == y).sum())
         return loss, terms, correct

@@ -37,15 +37,18 @@ def split_indices(cfg: SplitTask, labels: np.ndarray, num_clients: int, rng: np.
 
 
 def classification_task(name: str, clients: list[tuple[np.ndarray, np.ndarray]], test: tuple[np.ndarray, np.ndarray],
-                        make_model: Callable[[], nn.Module], torch_seed: int, classes: int, batched: bool) -> Task:
+                        make_model: Callable[[], nn.Module], torch_seed: int, classes: int, batched: bool,
+                        batched_on_accelerator: bool = True) -> Task:
     """A cross-entropy classification task over the given arrays (float32 model); logs the split's
     statistics (:func:`asyncfl.datasets.splits.split_statistics`). ``batched``: whether
-    ``train_batched`` batches its jobs (:mod:`asyncfl.tasks.models` says which models gain)."""
+    ``train_batched`` batches its jobs on the CPU (:mod:`asyncfl.tasks.models` says which models gain);
+    ``batched_on_accelerator``: on an accelerator (False: a model ``vmap`` cannot batch)."""
     log.info("%s: %s", name, split_statistics([y for _, y in clients], classes).describe())
     data = [ClientData(torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))) for x, y in clients]
     return Task(name=name, model=seeded_model(make_model, torch_seed, torch.float32), clients=data,
                 test=ClientData(torch.from_numpy(np.ascontiguousarray(test[0])), torch.from_numpy(np.ascontiguousarray(test[1]))),
-                loss_fn=cross_entropy, classification=True, batched_training=batched)
+                loss_fn=cross_entropy, classification=True, batched_training=batched,
+                batched_on_accelerator=batched_on_accelerator)
 
 
 def task_split_statistics(task: Task, classes: int):

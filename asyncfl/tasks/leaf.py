@@ -41,4 +41,4 @@ def build_shakespeare(cfg: ShakespeareTask, ctx: BuildContext) -> Task:
     vocab = len(LEAF_CHARACTERS)
     return classification_task("shakespeare", [xy for _, xy in clients], test,
                                lambda: CharLSTM(vocab, cfg.embed, cfg.hidden, cfg.layers), torch_seed, vocab,
-                               batched=False)
+                               batched=False, batched_on_accelerator=False)  # aten::lstm has no vmap rule
