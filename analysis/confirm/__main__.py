@@ -26,6 +26,9 @@ from asyncfl.errors import UsageError
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from analysis.confirm.plan import PLAN, load_plan
 from analysis.confirm.record import claim_design
+from analysis.confirm.report import write_report
+from analysis.ma_review.design import load_review
+from analysis.ma_review.run import run_review
 
 COMMAND = "python -m analysis.confirm"
 
@@ -42,9 +45,6 @@ def confirm_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from analysis.ma_review.design import load_review
-    from analysis.ma_review.run import run_review
-
     loaded = load_plan(args.plan)
     if args.action == "check":
         for design in loaded.plan.designs:
@@ -65,8 +65,6 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     if args.action == "report":
         if not args.target:
             raise UsageError("report: name the folder that holds the design folders (e.g. runs/confirm)")
-        from analysis.confirm.report import write_report
-
         path = write_report(Path(args.target), loaded)
         say(f"wrote {path}")
         return EXIT_OK

@@ -21,6 +21,7 @@ from asyncfl.studies.multiplicity import holm
 from asyncfl.studies.survival import paired_rmst_ratio
 from analysis.confirm.plan import Design, LoadedPlan, PlannedComparison
 from analysis.confirm.record import read_record
+from analysis.ma_review.tables import read_csv
 
 Rows = list[dict[str, Any]]
 
@@ -53,8 +54,6 @@ class Outcome(NamedTuple):
 
 
 def _eval_rows(folder: Path) -> Rows:
-    from analysis.ma_review.tables import read_csv
-
     path = folder / "results.csv"
     return [r for r in read_csv(path) if r["status"] != "missing"] if path.is_file() else []
 
