@@ -63,7 +63,8 @@ def method_overrides(method: str, buffer: int, ma_target: str) -> dict[str, Any]
     if method == "sync-momentum":
         return {"server.protocol": "sync", "server.rule": "momentum", "server.concurrency": None, "server.cohort": buffer}
     target = "nesterov" if method == "fedbuff-nesterov" else ma_target
-    out = {"server.protocol": "fedbuff", "server.rule": _RULE[method], "server.ma_target": target, "server.cohort": None}
+    out: dict[str, Any] = {"server.protocol": "fedbuff", "server.rule": _RULE[method], "server.ma_target": target,
+                           "server.cohort": None}
     if method == "fedbuff-ca2fl":  # CA2FL calibrates with unweighted updates: p = 0 (docs/async-optimisers.md §4)
         out.update({"server.algorithm": "ca2fl", "server.staleness_exponent": 0.0})
     return out

@@ -77,11 +77,11 @@ class Scenarios:
         #: each task's base scenario as a table (``{}`` without a scenario file)
         self.bases: dict[str, dict[str, Any]] = {}
         problems: list[str] = []
-        for i, task in enumerate(spec.tasks):
+        for i, entry in enumerate(spec.tasks):
             try:
-                self.bases[task.name] = self._base_raw(task)
+                self.bases[entry.name] = self._base_raw(entry)
             except ScenarioError as exc:
-                problems.extend(f"tasks[{i}] ({task.name}).scenario: {p}" for p in exc.problems)
+                problems.extend(f"tasks[{i}] ({entry.name}).scenario: {p}" for p in exc.problems)
         if problems:
             raise StudyError(problems, source)
         # every scenario of the study must validate before anything runs
