@@ -95,7 +95,7 @@ SCRIPT_ERRORS = [
      "error: python -m analysis.privacy_sweep: argument --rules: invalid choice: 'adam' (choose from 'ma-light', 'ma-full', 'momentum')"),
     (["analysis.privacy_sweep", QUICKSTART, "--xi", "ten"],
      "error: python -m analysis.privacy_sweep: argument --xi: invalid float value: 'ten'"),
-    (["analysis.ma_study"], "error: python -m analysis.ma_study: the following arguments are required: spec, --out"),
+    (["analysis.ma_review"], "error: python -m analysis.ma_review: the following arguments are required: spec, --out"),
 ]
 
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.ma_study.__main__ import main as study_main
 from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
 from asyncfl.figures.ci import mean_ci, mean_ci_columns
@@ -26,7 +25,6 @@ from asyncfl.server.ma import coefficient_matrix_full, target_matrix
 from conftest import make_scenario
 
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF", "svg": b"<?xml"}
-SMALL_STUDY = Path(__file__).resolve().parents[1] / "analysis" / "study_small.toml"
 
 
 def assert_figure(path: Path, fmt: str) -> None:
@@ -74,27 +72,6 @@ def test_privacy_sweep_writes_each_format(tmp_path, capsys):
         out = tmp_path / fmt
         assert privacy_main([str(path), "--xi", "5", "--rules", "momentum", "--out", str(out), "--quiet", "--format", fmt]) == 0
         assert_figure(out / f"sweep.{fmt}", fmt)
-    capsys.readouterr()
-
-
-@pytest.mark.slow
-def test_study_writes_each_format(tmp_path, capsys):
-    from analysis.ma_study.design import load_spec
-    from analysis.ma_study.figures import plot_bias, plot_curves
-    from analysis.ma_study.results import read_metrics  # noqa: F401 (the figures read the run directories)
-
-    out = tmp_path / "study"
-    assert study_main([str(SMALL_STUDY), "--out", str(out), "--quiet", "--format", "svg"]) == 0  # png: tests/test_study.py
-    assert_figure(out / "bias.svg", "svg")
-    assert_figure(out / "curves_synthetic_nodp.svg", "svg")
-    assert "curves_synthetic_nodp.svg" in (out / "report.md").read_text()
-    import csv
-
-    rows = [{**r, "K": int(r["K"]), "dp": int(r["dp"]), "seed": int(r["seed"]), "bias": float(r["bias"] or "nan")}
-            for r in csv.DictReader(open(out / "results.csv"))]
-    study = load_spec(SMALL_STUDY)
-    assert_figure(out / plot_bias(study, out, rows, "pdf"), "pdf")
-    assert_figure(out / plot_curves(study, out, rows, "synthetic", 0, "pdf"), "pdf")
     capsys.readouterr()
 
 

@@ -33,7 +33,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.ma_study.__main__ import main as study_main
+from analysis.ma_review.__main__ import main as study_main
 from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
 from asyncfl.clients import fedscale
@@ -60,7 +60,7 @@ SCRIPTS = {"study": study_main, "privacy": privacy_main}
 
 
 def cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    """``asyncfl ARGS``, or ``python -m analysis.ma_study`` / ``analysis.privacy_sweep`` for
+    """``asyncfl ARGS``, or ``python -m analysis.ma_review`` / ``analysis.privacy_sweep`` for
     ``study`` / ``privacy`` ARGS, in this process: (exit code, stdout, stderr); never a traceback."""
     argv = [str(a) for a in args]
     code = SCRIPTS[argv[0]](argv[1:]) if argv and argv[0] in SCRIPTS else main(argv)
@@ -587,7 +587,7 @@ def test_13_the_package_prefix_cannot_leave_its_folder(key, value, tmp_path, cap
 
 def test_13_study_names_cannot_be_dot_dot(tmp_path, capsys):
     """A study's task name is a folder of its runs/ (runs/TASK/...): '..' would leave the study."""
-    raw = tomllib.loads((REPO / "analysis" / "study_small.toml").read_text())
+    raw = tomllib.loads((REPO / "analysis" / "ma_review_ci.toml").read_text())
     for target in ("study", "task"):
         edited = json.loads(json.dumps(raw))
         if target == "study":
@@ -665,9 +665,9 @@ def test_15_every_command_prints_user_values_verbatim(tmp_path, capsys):
     code, _, err = cli(capsys, "resume", tmp_path / "nowhere :x:")
     assert code == 2 and f"{tmp_path / 'nowhere :x:'}: no such run directory" in err
     spec = tmp_path / "spec :x:.toml"
-    shutil.copy(REPO / "analysis" / "study_small.toml", spec)
+    shutil.copy(REPO / "analysis" / "ma_review_ci.toml", spec)
     code, text, _ = cli(capsys, "study", spec, "--out", tmp_path / "study", "--check")
-    assert code == 0 and text.startswith(f"{spec}: valid study spec")
+    assert code == 0 and text.startswith(f"{spec}: valid review spec")
 
 
 @pytest.mark.slow

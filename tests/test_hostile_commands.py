@@ -28,7 +28,7 @@ import pytest
 import tomli_w
 
 import asyncfl
-from analysis.ma_study.__main__ import main as study_main
+from analysis.ma_review.__main__ import main as study_main
 from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
 from asyncfl.errors import RunDirError
@@ -50,7 +50,7 @@ SCRIPTS = {"study": study_main, "privacy": privacy_main}
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
-    """``asyncfl ARGS``, or ``python -m analysis.ma_study`` / ``analysis.privacy_sweep`` for
+    """``asyncfl ARGS``, or ``python -m analysis.ma_review`` / ``analysis.privacy_sweep`` for
     ``study`` / ``privacy`` ARGS, in this process: (exit code, stdout, stderr); never a traceback."""
     argv = [str(a) for a in args]
     code = SCRIPTS[argv[0]](argv[1:]) if argv and argv[0] in SCRIPTS else main(argv)
@@ -109,7 +109,7 @@ def test_1_study_into_a_sweep_folder_and_run_into_a_sweep_folder_are_refused(sce
     sweep = tmp_path / "s"
     assert cli(capsys, "sweep", scenario_file, "--grid", "server.rule=sgd,momentum", "--out", sweep, "--workers", "1", "--quiet")[0] == 0
     before = snapshot(sweep)
-    code, _, err = cli(capsys, "study", REPO / "analysis" / "study_small.toml", "--out", sweep, "--quiet")
+    code, _, err = cli(capsys, "study", REPO / "analysis" / "ma_review_ci.toml", "--out", sweep, "--quiet")
     assert code == 2 and "an asyncfl sweep folder" in err
     code, _, err = cli(capsys, "run", scenario_file, "--out", sweep, "--overwrite", "--quiet")
     assert code == 2 and "asyncfl run writes only into a run directory" in err
@@ -145,35 +145,28 @@ def test_1_compare_and_plot_never_write_onto_a_runs_files(run_dir, tmp_path, cap
 @pytest.mark.slow
 def test_2_an_edited_study_spec_is_refused_not_kept(tmp_path, capsys):
     spec = tmp_path / "study.toml"
-    text = (REPO / "analysis" / "study_small.toml").read_text()
-    raw = __import__("tomllib").loads(text)
-    raw.update(steps=4, eval_every=2, seeds=[0], k_multiples=[1], dp=[False], methods=["fedbuff-sgd"])
-    raw["lr_grid"] = {"fedbuff-sgd": [0.5]}
-    raw["tuning"] = {"steps": 2}
-    raw.pop("pooled_steps", None)
-    for task in raw["tasks"]:
-        if task.get("scenario"):
-            task["scenario"] = str((REPO / "analysis" / task["scenario"]).resolve()) if not Path(task["scenario"]).is_absolute() else task["scenario"]
-    raw["tasks"] = raw["tasks"][:1]
+    raw = __import__("tomllib").loads((REPO / "analysis" / "ma_review_ci.toml").read_text())
+    raw.update(steps=4, eval_every=2, seeds=[0], tuning_seeds=[7], target={"value": 0.5}, tuning={"refine": 0},
+               lr_grid={"fedbuff-sgd": [0.5]}, privacy=[], cells=[{"name": "core", "methods": ["fedbuff-sgd"], "k_multiples": [1]}])
     spec.write_text(tomli_w.dumps(raw))
     out = tmp_path / "st"
     assert cli(capsys, "study", spec, "--out", out, "--quiet", "--workers", "1")[0] == 0
-    before = snapshot(out)
     assert cli(capsys, "study", spec, "--out", out, "--quiet", "--workers", "1")[0] == 0  # the same spec resumes
+    before = snapshot(out)
     raw["lr_grid"] = {"fedbuff-sgd": [0.25]}
     spec.write_text(tomli_w.dumps(raw))
     code, _, err = cli(capsys, "study", spec, "--out", out, "--quiet", "--workers", "1")
-    assert code == 2 and "holds the results of another python -m analysis.ma_study" in err
+    assert code == 2 and "holds the results of another python -m analysis.ma_review" in err
     assert snapshot(out) == before
     # duplicate seeds or K multiples are refused by --check (fake statistics from one run)
     raw["seeds"] = [0, 0]
     spec.write_text(tomli_w.dumps(raw))
     code, _, err = cli(capsys, "study", spec, "--out", tmp_path / "x", "--check")
     assert code == 2 and "seeds: 0 given twice" in err
-    raw["seeds"], raw["k_multiples"] = [0], [1, 1]
+    raw["seeds"], raw["cells"][0]["k_multiples"] = [0], [1, 1]
     spec.write_text(tomli_w.dumps(raw))
     code, _, err = cli(capsys, "study", spec, "--out", tmp_path / "x", "--check")
-    assert code == 2 and "k_multiples: 1 given twice" in err
+    assert code == 2 and "cells[0] (core).k_multiples: 1 given twice" in err
 
 
 @pytest.mark.slow
@@ -248,17 +241,13 @@ def test_5_a_sweep_whose_run_diverged_exits_3_and_says_which(scenario_file, tmp_
 
 
 def test_5_study_check_refuses_xi_below_sigma_and_a_cap_without_k(tmp_path, capsys):
-    raw = __import__("tomllib").loads((REPO / "analysis" / "study_small.toml").read_text())
-    raw["dp"] = [True]
-    raw["privacy"] = [{"name": "low", "epsilon": 2.0, "xi": 0.01}]
-    for task in raw["tasks"]:
-        if task.get("scenario"):
-            task["scenario"] = str((REPO / "analysis" / task["scenario"]).resolve())
+    raw = __import__("tomllib").loads((REPO / "analysis" / "ma_review_ci.toml").read_text())
+    raw["privacy"][0] = {"name": "eps2", "epsilon": 2.0, "xi": 0.01}
     spec = tmp_path / "s.toml"
     spec.write_text(tomli_w.dumps(raw))
     code, _, err = cli(capsys, "study", spec, "--out", tmp_path / "o", "--check")
     assert code == 2 and "privacy.xi = 0.01: must exceed the noise multiplier" in err and not (tmp_path / "o").exists()
-    raw["privacy"] = [{"name": "cap", "epsilon": 2.0, "xi_over_sigma": 4, "sampling": "participation-cap"}]
+    raw["privacy"][0] = {"name": "eps2", "epsilon": 2.0, "xi_over_sigma": 4, "sampling": "participation-cap"}
     spec.write_text(tomli_w.dumps(raw))
     code, _, err = cli(capsys, "study", spec, "--out", tmp_path / "o", "--check")
     assert code == 2 and "max_participations: required with sampling = 'participation-cap'" in err
@@ -301,7 +290,7 @@ def test_6_a_damaged_sweep_record_with_extend_is_a_clean_error(scenario_file, tm
 
 
 def test_6_scenarios_dir_skips_study_specs_and_binary_files(tmp_path, capsys):
-    (tmp_path / "spec.toml").write_bytes((REPO / "analysis" / "study_small.toml").read_bytes())
+    (tmp_path / "spec.toml").write_bytes((REPO / "analysis" / "ma_review_ci.toml").read_bytes())
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00\x01garbage")
     (tmp_path / "ok.toml").write_bytes((REPO / "scenarios" / "quickstart.toml").read_bytes())
     code, out, err = cli(capsys, "scenarios", "--dir", tmp_path)

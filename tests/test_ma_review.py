@@ -96,6 +96,22 @@ def test_the_report_regenerates_from_the_csvs_alone(ci_review, tmp_path):
     assert "## Claims" in (copy / "report.md").read_text()
 
 
+def test_a_rerun_reads_every_run_back_and_writes_the_same_tables(ci_review, monkeypatch, capsys):
+    """Resuming (docs/ma-review.md §2): the same spec on the same folder runs nothing again (a
+    run started would fail this test) and writes the same tables, row for row."""
+    import asyncfl.run.runner
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a finished run was run again")
+
+    monkeypatch.setattr(asyncfl.run.runner, "run_to_dir_blocking", boom)
+    monkeypatch.setattr(asyncfl.run.runner, "resume_dir_blocking", boom)
+    before = {name: (ci_review / name).read_text() for name in ("results.csv", "tuning.csv", "curves.csv", "report.md")}
+    assert review([str(CI_SPEC), "--out", str(ci_review), "--quiet", "--workers", "1"]) == 0
+    assert {name: (ci_review / name).read_text() for name in before} == before
+    capsys.readouterr()
+
+
 def test_the_oracle_keeps_the_update_noise_and_gives_the_exact_w(ci_review):
     """Same seed and learning rate: the noisy counts decoded are the same draws (so is the update
     noise), but the oracle's server used the exact W: its MA-light bias against the W it saw equals

@@ -9,10 +9,9 @@ scratch working directory that holds the repository's ``scenarios/`` and ``analy
 ``runs/...`` lands there and later commands find what earlier ones wrote (``asyncfl resume
 runs/q`` resumes the run the line before made). The few that take minutes (the privacy sweep,
 the studies) are checked as far as they go without running: arguments parsed, scenario or spec
-validated. The study scripts on the library (``python -m analysis.ma_study``, ``python -m
-analysis.privacy_sweep``) are treated like ``asyncfl`` commands: run when quick (``--check``),
-else checked as far as they go without running; the review's (``python -m analysis.ma_review``)
-specs are validated with ``--check`` and its report is regenerated from the committed CSVs.
+validated. The privacy sweep (``python -m analysis.privacy_sweep``) is checked as far as it goes
+without running; the momentum-approximation study's (``python -m analysis.ma_review``) specs are
+validated with ``--check`` and its report is regenerated from the committed CSVs.
 Installation, benchmark and the other analysis
 commands (network, minutes) are listed and skipped by name.
 """
@@ -28,9 +27,6 @@ from pathlib import Path
 import pytest
 
 from analysis.ma_review.__main__ import main as review_main
-from analysis.ma_study.__main__ import main as study_main
-from analysis.ma_study.__main__ import study_args
-from analysis.ma_study.design import load_spec
 from analysis.privacy_sweep.__main__ import privacy_args
 from analysis.privacy_sweep.plan import check_scenario, resolve_budget, sweep_points
 from asyncfl.cli.main import build_parser, main
@@ -39,15 +35,13 @@ from asyncfl.config.memory import check_memory
 from asyncfl.studies.sweep.grid import Grid, parse_grid, parse_seeds
 
 REPO = Path(__file__).resolve().parents[1]
-#: the study scripts on the library, run like asyncfl commands (their first words → their main and arguments)
-STUDY = "python -m analysis.ma_study "
+#: the privacy sweep on the library, checked like a long asyncfl command
 PRIVACY = "python -m analysis.privacy_sweep "
 #: the review (issue 28): its specs are validated with --check; its report is regenerated from the committed CSVs
 REVIEW = "python -m analysis.ma_review "
 #: commands that set up a machine or measure it (network, minutes): not run
 NOT_RUN = ("python3 -m venv", "pip install", ".venv/bin/pip", ".venv/bin/python -m pytest", "python -m pytest",
-           "python -m benchmarks.",
-           "python -m analysis.privacy_utility")  # the other analysis scripts: exercised by their own tests (tests/test_study.py)
+           "python -m benchmarks.")
 #: commands that take minutes (the sweeps, the studies without --check): checked without running
 LONG = (PRIVACY, "asyncfl sweep ")
 
@@ -75,11 +69,11 @@ def test_the_readme_shows_commands():
     assert any(c.startswith("asyncfl run scenarios/quickstart.toml") for c in commands)
     assert 'python -m pytest -q -m "not slow"' in commands  # the contributors' fast subset
     guide = readme_commands("docs/guide.md")
-    known = ("asyncfl ", STUDY, PRIVACY, REVIEW, *NOT_RUN)
+    known = ("asyncfl ", PRIVACY, REVIEW, *NOT_RUN)
     for page in PAGES:
         commands = readme_commands(page)
         assert all(c.startswith(known) for c in commands), [c for c in commands if not c.startswith(known)]
-    assert any(c.startswith(STUDY) for c in guide) and any(c.startswith(PRIVACY) for c in guide)
+    assert any(c.startswith(REVIEW) for c in guide) and any(c.startswith(PRIVACY) for c in guide)
     assert any(c.startswith("python -m benchmarks.") for c in readme_commands("docs/performance.md"))
 
 
@@ -105,9 +99,6 @@ def _check_long(command: str, argv: list[str]) -> None:
     if command.startswith(PRIVACY):
         args = _script_parser(privacy_args).parse_args(argv)
         args.command = "privacy"
-    elif command.startswith(STUDY):
-        args = _script_parser(study_args).parse_args(argv)
-        args.command = "study"
     else:
         args = build_parser().parse_args(argv)
     if args.command == "sweep":
@@ -118,8 +109,6 @@ def _check_long(command: str, argv: list[str]) -> None:
         check_memory(scenario)
         check_scenario(scenario)
         sweep_points(resolve_budget(scenario), args.xi or (), args.gamma or ())
-    else:
-        load_spec(args.spec)
 
 
 @pytest.mark.slow
@@ -142,10 +131,10 @@ def test_every_readme_command_runs_as_written(page, tmp_path, monkeypatch, capsy
             assert review_main(argv) == 0, command
             ran.append(command)
             continue
-        if command.startswith(LONG) or (command.startswith(STUDY) and "--check" not in argv):
+        if command.startswith(LONG):
             _check_long(command, argv)
             continue
-        code = study_main(argv) if command.startswith(STUDY) else main(argv)
+        code = main(argv)
         out, err = capsys.readouterr()
         assert code == 0, f"{command}\n{err}"
         assert "Traceback" not in out + err
@@ -156,5 +145,5 @@ def test_every_readme_command_runs_as_written(page, tmp_path, monkeypatch, capsy
     assert (tmp_path / "runs" / "k20" / "summary.json").is_file() and (tmp_path / "runs" / "q" / "bias.json").is_file()
     if page == "README.md":
         return
-    assert any(c.startswith(STUDY) and "--check" in c for c in ran)
+    assert any(c.startswith(REVIEW + "analysis/") for c in ran)  # a study spec validated
     assert any(c.startswith(REVIEW + "report") for c in ran) and (tmp_path / "analysis/results/ma_review/report.md").is_file()

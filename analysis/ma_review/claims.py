@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from analysis.ma_study.spec import NODP
+from analysis.ma_review.entries import NODP
 from analysis.ma_review.compare import CellId, Rows, across_k, lr_sensitivity, paired, tuning_by_cell
 
 PAPER_SPEED = (1.15, 4.0)

@@ -1,20 +1,23 @@
-"""The review study's cells and points (docs/ma-review.md §2), on the old engine's scenario builder.
+"""The review study's cells and points (docs/ma-review.md §2).
 
-:class:`ReviewStudy` is an :class:`analysis.ma_study.design.Study` whose scenarios are those of
-the cells only (so a method that cannot run under DP, CA2FL, is never asked to), validated in
-full before anything runs."""
+:class:`ReviewStudy` is a validated review spec expanded into its cells, with the scenario of
+every point (:class:`analysis.ma_review.scenarios.Scenarios`: those of the cells only, so a method
+that cannot run under DP, CA2FL, is never asked to), validated in full before anything runs, and
+the digest its study folder is claimed under."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from asyncfl import allow_modules
+from asyncfl.config import scenario as scenario_mod
 
-from analysis.ma_study.design import Point, Study
-from analysis.ma_study.spec import NODP, StudyError, read_spec_file
-from analysis.ma_review.spec import ReviewSpec, parse_review
+from analysis.ma_review.scenarios import Point, Scenarios
+from analysis.ma_review.spec import ReviewSpec, StudyError, parse_review, read_spec_file
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,13 @@ class CellKey:
         return Point(self.task, self.method, self.K, seed, self.privacy, lr, steps)
 
 
-class ReviewStudy(Study):
-    """A validated review spec: its cells (:meth:`cells`) and every point's scenario."""
+class ReviewStudy:
+    """A validated review spec: its cells (:meth:`cells`), every point's scenario
+    (:meth:`scenario`) and the digest of everything its runs follow from (:meth:`digest`)."""
 
     def __init__(self, review: ReviewSpec, base_dir: Path, source: str | None = None) -> None:
         self.review = review
         self._cells = self._expand(review)
-        super().__init__(review.study_spec(), base_dir, source)
         problems = []
         tuned = {c.source for c in self._cells if c.tuned}
         for c in self._cells:
@@ -56,6 +59,12 @@ class ReviewStudy(Study):
                                 f"K = {c.K}, {c.method} to take the learning rate from")
         if problems:
             raise StudyError(sorted(set(problems)), source)
+        self.scenarios = Scenarios(review, [(c.task, c.method, c.K, c.privacy) for c in self._cells], base_dir, source)
+
+    @property
+    def spec(self) -> ReviewSpec:
+        """The review spec (as :attr:`review`): its ``steps``, ``buffer`` and ``lr_grid`` are the runs'."""
+        return self.review
 
     def _expand(self, review: ReviewSpec) -> list[CellKey]:
         C = review.buffer
@@ -75,12 +84,15 @@ class ReviewStudy(Study):
     def cells(self) -> list[CellKey]:
         return list(self._cells)
 
-    def combinations(self) -> list[tuple[str, str, int, str]]:
-        return [(c.task, c.method, c.K, c.privacy) for c in self._cells]
+    def scenario(self, point: Point) -> scenario_mod.Scenario:
+        return self.scenarios.scenario(point)
 
-    def settings_of(self, task: str) -> list[str]:
-        labels = [c.privacy for c in self._cells if c.task == task]
-        return [label for label in [NODP, *self.privacy] if label in labels]
+    def digest(self) -> str:
+        """SHA-256 of everything the study's runs follow from: the spec
+        (:meth:`~analysis.ma_review.spec.ReviewSpec.digest_table`) and each task's base scenario
+        (an edited spec or scenario file gives another digest)."""
+        return hashlib.sha256(json.dumps({"spec": self.review.digest_table(), "bases": self.scenarios.bases},
+                                         sort_keys=True, default=str).encode()).hexdigest()
 
 
 #: the review's own module a spec may name a component of (its oracle counts, ``oracle.py``)

@@ -24,7 +24,8 @@ import numpy as np
 
 from asyncfl.figures.ci import mean_ci
 from asyncfl.figures.style import STEP_LABEL, TIME_LABEL, figure, save, styled
-from analysis.ma_study.spec import METHOD_LABELS, NODP
+from analysis.ma_review.entries import NODP
+from analysis.ma_review.methods import METHOD_LABELS
 from analysis.ma_review.compare import Rows, cells, tuning_by_cell
 
 #: colour, line style, marker per method: distinguishable in colour and in grey print

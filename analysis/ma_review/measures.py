@@ -1,6 +1,9 @@
-"""What the review reads from one finished run (docs/ma-review.md §3): the interval-censored
-crossing of the target, the privacy it spent (the mechanism's ε and each client's), and the
-noise that reaches the iterate.
+"""What the review reads from one finished run (docs/ma-review.md §3; the files:
+docs/run-directory.md §10): its status and evaluations, the interval-censored crossing of the
+target, the implicit momentum bias and amplification of its own rule, the privacy it spent (the
+mechanism's ε and each client's), and the noise that reaches the iterate. A file that is missing
+or damaged reads as "no value" (None, [], NaN), so one broken run leaves a blank cell, not a
+failed study.
 
 **The noise reaching the iterate** (docs/server-rules.md §1, docs/privacy.md §2). Every linear
 rule steps ``θ_{t+1} = θ_t − η m_t`` with ``m_t = Σ_{s≤t} a_t[s] r_s``, so after ``t`` steps
@@ -34,8 +37,56 @@ from asyncfl.results import Run
 from asyncfl.run.bias_report import analysis_of, read_run_counts
 from asyncfl.server.ma import TargetKind, light_matrix_from_uv, target_matrix
 from asyncfl.studies.crossing import crossing
+from analysis.ma_review.methods import BIAS_KEY, NO_BIAS
 
 NAN = math.nan
+
+
+def read_status(run_dir: Path) -> str | None:
+    """The run's ``summary.json`` status; None when it has none (not run, or damaged)."""
+    try:
+        return Run(run_dir).summary.get("status")
+    except (OSError, RunDirError):
+        return None
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    """The run's evaluations (:meth:`asyncfl.results.Run.evaluations`; ``[]`` before the first)."""
+    return Run(run_dir).evaluations()
+
+
+def _bias_entry(run_dir: Path, *path: str) -> float:
+    """``bias.json[path…]`` as a float; NaN when the run has none or it is damaged."""
+    try:
+        value: Any = Run(run_dir).bias
+        for key in path:
+            value = value[key]
+        return float(value)
+    except (OSError, RunDirError, ValueError, KeyError, TypeError):
+        return NAN
+
+
+def run_bias(run_dir: Path, method: str) -> float:
+    """The bias ``‖AW − M‖_F/‖M‖_F`` of the method's own rule from the run's ``bias.json`` (key
+    :data:`~analysis.ma_review.methods.BIAS_KEY`; 0 for sync, NaN for a method without a linear
+    target)."""
+    if method in NO_BIAS:
+        return NAN
+    key = BIAS_KEY[method]
+    if key is None:
+        return 0.0  # sync: W = I and A = M
+    return _bias_entry(run_dir, key)
+
+
+def run_amplification(run_dir: Path, method: str) -> float:
+    """The noise amplification of the method's own rule, ``‖A‖_F`` relative to naive momentum's,
+    from the run's ``bias.json`` (docs/server-rules.md); 1 for sync (A = M), NaN without a linear target."""
+    if method in NO_BIAS:
+        return NAN
+    key = BIAS_KEY[method]
+    if key is None:
+        return 1.0
+    return _bias_entry(run_dir, "amplification", key)
 
 
 def crossing_of(metrics: list[dict[str, float]], target: float, horizon: int, axis: str = "step") -> dict[str, Any]:

@@ -13,7 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from analysis.ma_study.spec import METHOD_LABELS, NODP
+from analysis.ma_review.entries import NODP
+from analysis.ma_review.methods import METHOD_LABELS
 from analysis.ma_review import claims
 from analysis.ma_review.figures import draw_all
 from analysis.ma_review.compare import (CellId, Rows, cells, chosen_lr, lr_sensitivity, paired, reference_target, summary,

@@ -18,7 +18,7 @@ evaluation seeds, and write the tables the report is computed from.
    the rate chosen for their source label), cell by cell in the spec's block order.
 
 Each stage goes through the parallel runner as one batch (tuning rounds are barriers), and the
-study is resumable as the old engine's is: a finished run is read back, never rerun.
+study is resumable (:mod:`analysis.ma_review.runs`): a finished run is read back, never rerun.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from asyncfl.errors import UsageError
 from asyncfl.run import outdir
 from asyncfl.run.parallel import Backend, InProcess
 from asyncfl.studies.tuning import choose, refine
-from analysis.ma_study.design import Point
-from analysis.ma_study.results import read_metrics, read_status, run_amplification, run_bias
-from analysis.ma_study.run import ProgressHook, run_points
-from analysis.ma_study.spec import NODP
 from analysis.ma_review.design import CellKey, ReviewStudy
-from analysis.ma_review.measures import (crossing_of, iterate_noise, noise_gain, own_coefficients, privacy_of)
+from analysis.ma_review.entries import NODP
+from analysis.ma_review.measures import (crossing_of, iterate_noise, noise_gain, own_coefficients, privacy_of, read_metrics,
+                                         read_status, run_amplification, run_bias)
+from analysis.ma_review.runs import ProgressHook, run_points
+from analysis.ma_review.scenarios import Point
 from analysis.ma_review.report import write_report  # the report reads only the tables above
 from analysis.ma_review.tables import CURVE_FIELDS, RESULT_FIELDS, TUNING_FIELDS, write_csv
 

@@ -7,20 +7,34 @@ methods at every K and the comparators at fewer, or an ablation at one K. A bloc
 learning rate chosen for the same task, K and method under another privacy label (an ablation
 that changes only the count post-processing keeps the tuned step).
 
-Everything the old study spec (:mod:`analysis.ma_study.spec`) has for tasks, privacy settings,
-defaults and grids is reused; this schema adds the evaluation/tuning seed split, the target
-rule and the cells. Validation names every bad field (:class:`~analysis.ma_study.spec.StudyError`).
+Tasks, DP settings and grids are :mod:`analysis.ma_review.entries`; this schema adds the
+evaluation/tuning seed split, the target rule and the cells. Validation names every bad field
+(:class:`StudyError`, one line per problem); the scenarios the cells imply are validated next, by
+:class:`analysis.ma_review.scenarios.Scenarios`.
 """
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from asyncfl.config import scenario as scenario_mod
-from analysis.ma_study.spec import (NODP, LrGrid, MethodName, PosInt, PrivacyEntry, StudyError, StudySpec, TaskEntry,
-                                    _allowed, _loc_text, _Section)
+from asyncfl.config.files import MAX_SCENARIO_BYTES, read_text_limited
+from asyncfl.errors import AsyncFLError
+from analysis.ma_review.entries import NODP, LrGrid, PosInt, PrivacyEntry, TaskEntry, _Section
+from analysis.ma_review.methods import MethodName
+
+class StudyError(AsyncFLError, ValueError):
+    """An invalid study spec: one line per problem, each naming the field."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = list(problems)
+        head = f"invalid study spec {source}" if source else "invalid study spec"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
 
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
 #: the most seeds a study runs, evaluation and tuning together (the study engine's limit)
@@ -82,23 +96,56 @@ class ReviewSpec(_Section):
     privacy: Annotated[list[PrivacyEntry], Field(max_length=40)] = []
     cells: Annotated[list[Cell], Field(min_length=1, max_length=100)]
 
-    def study_spec(self) -> StudySpec:
-        """The old engine's spec that builds this study's scenarios (every method and K the cells
-        name; the tasks' targets are placeholders until the reference has run)."""
-        methods = list(dict.fromkeys(m for c in self.cells for m in c.methods))
-        ks = sorted({k for c in self.cells for k in c.k_multiples})
+    def methods(self) -> list[str]:
+        """Every method a cell names, in the cells' order."""
+        return list(dict.fromkeys(m for c in self.cells for m in c.methods))
+
+    def digest_table(self) -> dict[str, Any]:
+        """What the study's digest (:meth:`analysis.ma_review.design.ReviewStudy.digest`) is
+        computed from: everything the runs follow from, laid out as the first study engine laid
+        it out (``analysis/ma_study``, removed after commit b6a6716: its spec's keys, with the
+        defaults of those the review never sets), so a folder started before the engine moved
+        keeps its digest and resumes (tests/test_ma_review_spec.py pins it)."""
+        dumped = self.model_dump(mode="json", by_alias=True, include={"lr_grid", "defaults", "tasks"})
         labels = {label for c in self.cells for label in c.privacy}
         dp = ([False] if NODP in labels else []) + ([True] if labels - {NODP} or not labels else [])
-        return StudySpec(
-            name=self.name, buffer=self.buffer, k_multiples=ks, seeds=sorted(set(self.seeds) | set(self.tuning_seeds)),
-            dp=dp or [False], steps=self.steps, eval_every=self.eval_every, methods=methods, ma_target=self.ma_target,
-            lr_grid=self.lr_grid, defaults=self.defaults, tasks=self.tasks,
-            privacy=self.privacy or [PrivacyEntry()],
-        )
+        return {
+            "name": self.name, "buffer": self.buffer, "k_multiples": sorted({k for c in self.cells for k in c.k_multiples}),
+            "seeds": sorted(set(self.seeds) | set(self.tuning_seeds)), "dp": dp or [False], "dp_seeds": None,
+            "steps": self.steps, "eval_every": self.eval_every, "methods": self.methods(), "ma_target": self.ma_target,
+            "secondary_target_fraction": None, **dumped,
+            "privacy": [p.model_dump(mode="json", by_alias=True) for p in self.privacy or [PrivacyEntry()]],
+            "tuning": {"steps": None, "seed": 0, "dp": "tune", "widen": 0}, "pooled_steps": 0,
+        }
 
 
 _MODEL_AT: dict[str, type[BaseModel]] = {"": ReviewSpec, "tasks": TaskEntry, "privacy": PrivacyEntry, "tuning": ReviewTuning, "lr_grid": LrGrid,
              "target": TargetEntry, "cells": Cell}
+
+
+def _loc_text(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _allowed(cls: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in cls.model_fields.items()]
+
+
+def read_spec_file(path: str | Path) -> dict[str, Any]:
+    """The raw table of a spec file (a :class:`StudyError` if it cannot be read as TOML)."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise StudyError([f"{path}: no such study spec"])
+    text = read_text_limited(path, MAX_SCENARIO_BYTES, lambda message: StudyError([f"study spec {message}"]))
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise StudyError([f"{path}: not valid TOML (arrays or tables nested too deeply)"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyError([f"{path}: not valid TOML ({exc})"]) from None
 
 
 def parse_review(raw: dict[str, Any], source: str | None = None) -> ReviewSpec:
@@ -148,6 +195,34 @@ def parse_review(raw: dict[str, Any], source: str | None = None) -> ReviewSpec:
                         "(the target is its final accuracy on the tuning seeds)")
     if len({c.name for c in spec.cells}) != len(spec.cells):
         problems.append("cells: names must be unique")
+    problems += _setting_problems(spec)
     if problems:
         raise StudyError(problems, source)
     return spec
+
+
+def _setting_problems(spec: ReviewSpec) -> list[str]:
+    """What the tasks, DP settings and grids must satisfy together: unique names, a setting's
+    tasks among the study's, at most one way of giving ξ, the participation cap's k, and no
+    learning rate twice in a grid (the same run, counted as two)."""
+    problems = []
+    tasks = [t.name for t in spec.tasks]
+    names = [p.name for p in spec.privacy]
+    if len(set(tasks)) != len(tasks):
+        problems.append("tasks: task names must be unique")
+    if len(set(names)) != len(names) or NODP in names:
+        problems.append(f"privacy: the names of the settings must be unique and not {NODP!r}")
+    for i, p in enumerate(spec.privacy):
+        for t in p.tasks or []:
+            if t not in tasks:
+                problems.append(f"privacy[{i}].tasks: {t!r} is not a task of the study ({', '.join(dict.fromkeys(tasks))})")
+        if sum(x is not None for x in (p.xi, p.gamma, p.xi_over_sigma)) > 1:
+            problems.append(f"privacy[{i}] ({p.name}): give at most one of xi, gamma, xi_over_sigma")
+        if p.sampling == "participation-cap" and p.max_participations is None:
+            problems.append(f"privacy[{i}] ({p.name}).max_participations: required with sampling = 'participation-cap'")
+    for method in spec.methods():
+        values = spec.lr_grid.of(method) or []
+        if twice := sorted({repr(v) for v in values if values.count(v) > 1}):
+            problems.append(f"lr_grid.{method}: {', '.join(twice)} given twice; each value at most once (a repeated one is "
+                            "the same run, counted as two)")
+    return problems

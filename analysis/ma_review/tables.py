@@ -14,11 +14,11 @@ Every number of the report is computed from these files alone (:mod:`analysis.ma
 
 from __future__ import annotations
 
+import csv
 import math
 from pathlib import Path
 from typing import Any
 
-from analysis.ma_study.outputs import write_csv
 from analysis.typed_csv import read_typed
 
 __all__ = ["CURVE_FIELDS", "RESULT_FIELDS", "TUNING_FIELDS", "read_csv", "write_csv"]
@@ -36,6 +36,22 @@ CURVE_FIELDS = ("task", "privacy", "K", "method", "seed", "step", "time", "accur
 
 _INTS = {"K", "seed", "dp", "horizon", "reached", "chosen", "edge", "reference"}
 _STRS = {"task", "block", "method", "privacy", "lr_from", "counts", "noise", "sampling", "status", "run_dir", "message"}
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else f"{value:.6g}"
+    return str(value)
+
+
+def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    """``rows`` as a table of ``fields`` (a missing key: a blank cell); floats to 6 significant
+    digits, NaN and ±inf blank (read back as NaN by :func:`read_csv`)."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(fields)
+        for row in rows:
+            writer.writerow([_cell(row.get(f, "")) for f in fields])
 
 
 def _value(key: str, text: str) -> Any:
