@@ -224,3 +224,14 @@ def test_the_plan_was_committed_before_any_committed_result():
         pytest.skip("not a git checkout with the study's history")
     assert plan_first != results_first
     assert subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", plan_first, results_first]).returncode == 0
+
+
+def test_a_clients_deployment_epsilon_is_its_count_times_m_over_c_in_closed_form():
+    from asyncfl.privacy.per_client import gdp_epsilon, gdp_mu
+    from analysis.confirm.report import deployment_epsilon
+
+    # a client with k = 6 contributions at σ = 2.95 (d1's σ at ε = 2): simulated ε, then k = 60
+    simulated = gdp_epsilon(gdp_mu(6, 2.95), 1e-6)
+    assert deployment_epsilon(simulated, 10, 1e-6) == pytest.approx(gdp_epsilon(gdp_mu(60, 2.95), 1e-6), rel=1e-9)
+    assert deployment_epsilon(simulated, 1, 1e-6) == pytest.approx(simulated, rel=1e-9)
+    assert math.isnan(deployment_epsilon(math.nan))
