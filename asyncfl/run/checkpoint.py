@@ -454,11 +454,13 @@ def _allotment_problems(s: SimState, led: ParticipationState, allotment: Allotme
     keys = f"privacy.allotted_steps = {k} of every privacy.allotment_window = {t} steps, drawn from seed = {allotment.seed}"
     n = allotment.clients
     for c in sorted(s.clients, key=lambda c: c.seq):
-        if c.seq in undecided and 0 <= c.client < n and not allotment.allows(c.client, c.version):
+        if c.seq in undecided and 0 <= c.client < n and c.version >= 1 and not allotment.allows(c.client, c.version):
             return [f"state.clients[seq {c.seq}]: client {c.client} has a pending dispatch for step {c.version}, which is "
                     f"not allotted to it ({keys}; its steps: {allotment.steps_of(c.client, max(steps + 1, c.version)).tolist()})"]
     spent, last = led.spent, led.last_step
-    for step in np.unique(last[spent > 0]).tolist():
+    for step in np.unique(last[spent > 0]).tolist():  # out-of-range steps are reported by the caller
+        if not 1 <= step <= steps:
+            continue
         off = np.flatnonzero((last == step) & (spent > 0) & ~allotment.mask(int(step)))
         if off.size:
             return [f"state.participation.last_step: client {int(off[0])} last contributed to step {int(step)}, which is not "
