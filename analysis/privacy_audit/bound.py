@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from scipy import optimize, stats
 
 
@@ -30,11 +31,10 @@ def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
         raise ValueError(f"need ε ≥ 0 and δ in [0, 1], got {eps}, {delta}")
     q = 1.0 / (1.0 + math.exp(-eps))
     beta = float(stats.binom.sf(v - 1, r, q))
-    alpha, below = 0.0, 0.0
-    if delta > 0:
-        for i in range(1, v + 1):
-            below += float(stats.binom.pmf(v - i, r, q))
-            alpha = max(alpha, below / i)
+    alpha = 0.0
+    if delta > 0 and v > 0:  # below_i = P[v − i ≤ B < v], i = 1 … v: a running sum of the pmf from v − 1 down
+        below = np.cumsum(stats.binom.pmf(np.arange(v - 1, -1, -1), r, q))
+        alpha = float(np.max(below / np.arange(1, v + 1)))
     return min(1.0, beta + alpha * delta * 2 * m)
 
 

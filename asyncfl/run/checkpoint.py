@@ -43,7 +43,8 @@ from asyncfl import rng as rngmod
 from asyncfl.clients.fleet import FleetState
 from asyncfl.clients.participation import ParticipationState
 from asyncfl.components.core import KINDS
-from asyncfl.privacy.aggregator import schema_of
+from asyncfl.privacy.aggregator import allotment_of, schema_of
+from asyncfl.privacy.allotment import Allotment
 from asyncfl.components.registry import REGISTRY
 from asyncfl.compute.training import LocalJob
 from asyncfl.config.files import read_limited
@@ -57,7 +58,9 @@ from asyncfl.staleness_counts import StalenessCounts
 
 #: 1: the reflective format of asyncfl ≤ 0.1; 2: without the content digest; 3: before components
 #: (scenario sections with every plug-in's keys, state types by module) — all refused
-CHECKPOINT_FORMAT = 5  # 5: Counters.dropped_declared (a protocol's own drop reasons); older runs are rerun
+#: 5: Counters.dropped_declared (a protocol's own drop reasons); 6: Counters.dropped_unallotted (random
+#: allocation's late uploads, which format 5 did not count, so its checkpoints did not fit their rows)
+CHECKPOINT_FORMAT = 6
 CHECKPOINT_NAME = "checkpoint.pt"
 
 #: The engine's own state types, by name; the components' own (a rule's, a protocol's, …) are
@@ -318,7 +321,7 @@ def validate(ck: Checkpoint, fresh: SimState, scenario: Scenario, protocol: Serv
     if not inconsistent:
         accepted = counts.total()
         check(accepted == s.counters.accepted, f"state.counters.accepted = {s.counters.accepted}, but the per-step counts add up to {accepted}")
-    for name in ("accepted", "dropped_stale", "cancelled_late", "rejected_nonfinite", "rejected_norm", "dropped_offline", "dispatched"):
+    for name in ("accepted", "dropped_stale", "cancelled_late", "rejected_nonfinite", "rejected_norm", "dropped_offline", "dropped_unallotted", "dispatched"):
         check(getattr(s.counters, name) >= 0, f"state.counters.{name} = {getattr(s.counters, name)}: must be ≥ 0")
     declared = scenario.component("protocol").traits.drops
     for reason, count in s.counters.dropped_declared:
@@ -428,12 +431,46 @@ def _participation_problems(s: SimState, scenario: Scenario, steps: int, protoco
                                 f"{c.version - int(last[c.client])} steps after its contribution to step {int(last[c.client])}; "
                                 f"privacy.min_separation = {sep}")
                 break
+    allot = allotment_of(p)
+    if allot is not None:
+        problems.extend(_allotment_problems(s, led, Allotment(n, *allot, scenario.seed), undecided, steps))
     by_seq = {c.seq: c.client for c in s.clients}
     want = sorted({by_seq[seq] for seq in undecided if seq in by_seq})
     if len(want) != len(undecided) or np.flatnonzero(pending).tolist() != want:
         problems.append(f"state.participation.pending: clients {np.flatnonzero(pending).tolist()[:10]}, but the undecided "
                         f"dispatches are of clients {want[:10]} (one each)")
     return problems
+
+
+def _allotment_problems(s: SimState, led: ParticipationState, allotment: Allotment, undecided: set[int],
+                        steps: int) -> list[str]:
+    """Under random allocation (docs/privacy.md §13) the ledger and the undecided dispatches
+    against the allotment the scenario's seed draws: every undecided dispatch was made for a step
+    allotted to its client (the dispatcher sends a client only then, and its upload may join only
+    that step), every client's last contribution was to a step allotted to it, and no client has
+    more than ``k`` participations per window begun. The allotment is a function of the seed, not
+    stored state, so a checkpoint that disagrees with it was altered or belongs to another seed."""
+    k, t = allotment.selected, allotment.window
+    keys = f"privacy.allotted_steps = {k} of every privacy.allotment_window = {t} steps, drawn from seed = {allotment.seed}"
+    n = allotment.clients
+    for c in sorted(s.clients, key=lambda c: c.seq):
+        if c.seq in undecided and 0 <= c.client < n and c.version >= 1 and not allotment.allows(c.client, c.version):
+            return [f"state.clients[seq {c.seq}]: client {c.client} has a pending dispatch for step {c.version}, which is "
+                    f"not allotted to it ({keys}; its steps: {allotment.steps_of(c.client, max(steps + 1, c.version)).tolist()})"]
+    spent, last = led.spent, led.last_step
+    for step in np.unique(last[spent > 0]).tolist():  # out-of-range steps are reported by the caller
+        if not 1 <= step <= steps:
+            continue
+        off = np.flatnonzero((last == step) & (spent > 0) & ~allotment.mask(int(step)))
+        if off.size:
+            return [f"state.participation.last_step: client {int(off[0])} last contributed to step {int(step)}, which is not "
+                    f"allotted to it ({keys})"]
+    most = k * -(-steps // t)
+    if spent.size and int(spent.max()) > most:
+        worst = int(np.argmax(spent))
+        return [f"state.participation.spent: client {worst} has {int(spent[worst])} participations in {steps} steps, more "
+                f"than the {most} its allotment allows ({keys})"]
+    return []
 
 
 def _model_sized(job: Any, path: str) -> Any:

@@ -214,6 +214,7 @@ class Simulation:
             self.protocol.on_offline(rec)
         elif self.participation is not None and not self.participation.admits(rec.client, rec.version, self.version):
             # random allocation: its allotted step was taken before it arrived (docs/privacy.md §13)
+            self.counters.dropped_unallotted += 1
             self.record(rec, self.version, self.version - rec.version, False, "unallotted", arrival_time=end)
             self.protocol.on_offline(rec)
         else:
@@ -456,7 +457,8 @@ class Simulation:
         event = StepEvent(
             step=self.steps_done, total_steps=self.total_steps, time=self.env.now, wall_time=self.wall_time,
             accepted=self.counters.accepted,
-            dropped=self.counters.dropped_by_protocol + self.counters.cancelled_late + self.counters.dropped_offline,
+            dropped=(self.counters.dropped_by_protocol + self.counters.cancelled_late + self.counters.dropped_offline
+                     + self.counters.dropped_unallotted),
             rejected=self.counters.rejected, metrics=metrics,
         )
         if metrics is not None:
@@ -595,6 +597,9 @@ class Simulation:
             "updates_rejected_nonfinite": c.rejected_nonfinite,
             "updates_rejected_norm": c.rejected_norm,
             "updates_dropped_offline": c.dropped_offline,
+            # random allocation only: uploads that arrived after their allotted step (docs/privacy.md §13)
+            **({"updates_dropped_unallotted": c.dropped_unallotted}
+               if self.participation is not None and self.participation.allotment is not None else {}),
             "clients_dispatched": c.dispatched,
             "updates_per_second": c.accepted / wall if wall > 0 else math.nan,
             "final": {k: v for k, v in self.last_metrics.items() if k not in ("wall_time",)},

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 class Counters:
     """What happened to the uploads so far. Every ``updates.csv`` row is counted exactly once:
     ``rows = accepted + dropped_stale + cancelled_late + rejected_nonfinite + rejected_norm +
-    dropped_offline + Σ dropped_declared``; ``dropped_declared``: ``(reason, count)`` of each drop
+    dropped_offline + dropped_unallotted + Σ dropped_declared``; ``dropped_unallotted``: uploads of a
+    random-allocation run that arrived after their allotted step was taken (docs/privacy.md §13);
+    ``dropped_declared``: ``(reason, count)`` of each drop
     reason the protocol declares besides ``"stale"`` (``ProtocolTraits.drops``), a value replaced
     on each such drop. Mutable (incremented on the hot path); ``SimState`` holds a copy."""
 
@@ -47,6 +49,7 @@ class Counters:
     rejected_norm: int = 0
     dropped_offline: int = 0
     dispatched: int = 0
+    dropped_unallotted: int = 0
     dropped_declared: tuple[tuple[str, int], ...] = ()
 
     @property
@@ -62,7 +65,7 @@ class Counters:
     def rows(self) -> int:
         """``updates.csv`` rows these counts account for."""
         return (self.accepted + self.dropped_by_protocol + self.cancelled_late + self.rejected_nonfinite
-                + self.rejected_norm + self.dropped_offline)
+                + self.rejected_norm + self.dropped_offline + self.dropped_unallotted)
 
 
 @dataclass(slots=True)
