@@ -31,6 +31,7 @@ from asyncfl.clients.context import FleetContext
 from asyncfl.clients.fleet import Fleet, draw_speeds
 from asyncfl.clients.profiles import ClientProfiles, sample_counts
 from asyncfl.components.contracts import BuildContext
+from asyncfl.compute.batching import BatchedChoice, batched_problems, choose_batched
 from asyncfl.compute.executors import Executor, ExecutorContext, TaskRecipe
 from asyncfl.privacy.dispatch import ledger_terms
 from asyncfl.compute.solvers import LocalSolver
@@ -129,7 +130,15 @@ def settings(scenario: Scenario) -> RunSettings:
         staleness_columns=num_staleness(scenario), steps=run.steps, eval_every=run.eval_every,
         max_update_norm=run.max_update_norm, train_loss=run.train_loss, torch_threads=run.torch_threads,
         divergence_loss=run.divergence_loss, divergence_factor=run.divergence_factor,
+        batched=batched_choice(scenario),
     )
+
+
+def batched_choice(scenario: Scenario) -> BatchedChoice:
+    """Batched or job by job for ``scenario`` (``run.batched``; ``"auto"`` resolved from the
+    executor's, the solver's and the task's traits by :func:`asyncfl.compute.batching.choose_batched`)."""
+    return choose_batched(scenario.run.batched, scenario.component("executor").traits,
+                          scenario.component("solver").traits, scenario.component("task").traits)
 
 
 def num_staleness(scenario: Scenario) -> int | None:
@@ -260,11 +269,11 @@ def executor_factory(scenario: Scenario, task: Task, recipe: TaskRecipe | None =
     if run.executor not in EXECUTORS:
         raise ScenarioError([EXECUTORS.unknown(run.executor)])
     executor = scenario.component("executor")
-    if run.batched and not executor.traits.batched:
-        ok = [e.name for e in EXECUTORS if e.traits.batched]
-        raise ScenarioError([
-            f"run.batched = true, run.executor = {run.executor!r}: batched training runs with the executors "
-            f"{', '.join(ok)} (set one of them, or run.batched = false)"
-        ])
+    problems = batched_problems(run.batched, run.executor, executor.traits, [e.name for e in EXECUTORS if e.traits.batched],
+                                scenario.client.solver, scenario.component("solver").traits)
+    if problems:
+        raise ScenarioError(problems)
+    # the executors read the path the run takes (a bool), never the request
+    run = run.model_copy(update={"batched": batched_choice(scenario).batched})
     ectx = ExecutorContext(task, scenario.client, build_solver(scenario), run, recipe)
     return functools.partial(executor.make, None, ectx)

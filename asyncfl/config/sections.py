@@ -8,9 +8,9 @@ scenario (:mod:`asyncfl.config.scenario`) is built above both. Torch-free.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import Field
+from pydantic import Field, PlainValidator
 
 from asyncfl.config.base import NonNegFloat, PosFloat, PosInt, Probability, Section
 from asyncfl.config.stop import StopConfig
@@ -72,6 +72,16 @@ class ServerConfig(Section):
 
 # ---------------------------------------------------------------------------------------------
 # [run]
+def _batched(value: Any) -> bool | Literal["auto"]:
+    """``run.batched``: true, false or "auto" (one message for any other value)."""
+    if isinstance(value, bool) or value == "auto":
+        return value
+    raise ValueError('must be true, false or "auto"')
+
+
+Batched = Annotated[bool | Literal["auto"], PlainValidator(_batched)]
+
+
 class RunConfig(Section):
     """Length, evaluation, placement of compute, checkpoints and numerical guards."""
 
@@ -82,7 +92,10 @@ class RunConfig(Section):
     train_loss: bool = True
     executor: str = "inline"  # a component (docs/architecture.md §4)
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
-    batched: bool = False  # train clients of one model version together (torch.func.vmap)
+    # train clients of one model version together (torch.func.vmap): true, false, or "auto" —
+    # batched where the executor, the solver and the task allow it with the same bits as job by job
+    # (asyncfl.compute.batching.choose_batched)
+    batched: Batched = "auto"
     ray_address: str | None = None
     # torch intra-op threads. Client models are small: one thread per job is fastest, and
     # parallelism across clients comes from the executor. 0 = leave torch's default.
