@@ -19,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
 
-from asyncfl import privacy
 from asyncfl import rng as rngmod
 from asyncfl.clients.availability import Schedule
 from asyncfl.clients.context import FleetContext
@@ -33,7 +32,6 @@ from asyncfl.clients.profiles import ClientProfiles, sample_counts
 from asyncfl.components.contracts import BuildContext
 from asyncfl.compute.batching import BatchedChoice, batched_problems, choose_batched
 from asyncfl.compute.executors import Executor, ExecutorContext, TaskRecipe
-from asyncfl.privacy.dispatch import ledger_terms
 from asyncfl.compute.solvers import LocalSolver
 from asyncfl.compute.training import LocalJob
 from asyncfl.config import checks
@@ -48,6 +46,9 @@ from asyncfl.records import Sink
 from asyncfl.sim.engine import Simulation
 from asyncfl.sim.parts import ParticipationRule, Parts, RunSettings
 from asyncfl.tasks.base import Task
+
+if TYPE_CHECKING:  # the privacy package (scipy, dp-accounting) is imported by private runs only: start-up
+    from asyncfl import privacy
 
 #: the parts :func:`compose` accepts as overrides
 OVERRIDES = ("task", "fleet", "availability", "algorithm", "executor")
@@ -81,15 +82,22 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
     protocol = scenario.component("protocol").make(scenario.config_of("protocol"), ctx)
     hook = scenario.component("hook").make(scenario.config_of("hook"), ctx)
     recipe = TaskRecipe(scenario.component("task").builder(), scenario.task, task_ctx) if task_built else None
-    participation = (ParticipationRule(*ledger_terms(private_setup, scenario.seed)) if private_setup is not None
+    participation = (_private_participation(private_setup, scenario.seed) if private_setup is not None
                      else ParticipationRule() if one_upload_per_client(scenario) else None)
     return Parts(
         task=task, fleet=fleet, algorithm=algorithm, protocol=protocol, hook=hook, settings=settings(scenario),
         streams=streams, make_executor=executor_factory(scenario, task, recipe),
         executor=overrides.get("executor"), privacy_setup=private_setup,
-        private_aggregator=aggregator if isinstance(aggregator, privacy.PrivateAggregator) else None,
+        private_aggregator=aggregator if private_setup is not None else None,
         participation=participation,
     )
+
+
+def _private_participation(setup: privacy.PrivacySetup, seed: int) -> ParticipationRule:
+    """The participation ledger of a private run (its cap, separation and allotment)."""
+    from asyncfl.privacy.dispatch import ledger_terms
+
+    return ParticipationRule(*ledger_terms(setup, seed))
 
 
 def build_simulation(scenario: Scenario, *, sink: Sink | None = None, **overrides: Any) -> Simulation:
@@ -154,6 +162,8 @@ def num_staleness(scenario: Scenario) -> int | None:
 def private_aggregator(scenario: Scenario, dim: int | None = None) -> tuple[privacy.PrivacySetup, Aggregator]:
     """``(PrivacySetup, PrivateAggregator)`` of a ``[privacy]`` run (σ calibrated and a correlated
     noise strategy optimised here; ``dim``: the upload's length, sizing the noise buffers)."""
+    from asyncfl import privacy
+
     server = scenario.server
     return privacy.build_privacy(
         scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,
