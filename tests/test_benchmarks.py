@@ -4,6 +4,7 @@ toy sizes: a benchmark that no longer runs is found by the test command, not by 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from benchmarks import throughput
 from benchmarks.common import engine_scenario, heapq_fedbuff
@@ -135,3 +136,30 @@ def test_scale_benchmark_measures_one_size_in_a_fresh_process():
     assert row["peak_rss_bytes"] >= row["baseline_rss_bytes"] > 0 and row["arrivals_per_s"] > 0
     line = scale.report([row]).splitlines()[1]
     assert line.split()[:3] == ["300", "30", f"{row['arrivals']:,}"] and line.endswith(f"{row['load_after']:<4.1f}")
+
+
+@pytest.mark.slow
+def test_startup_benchmark_times_a_run_against_importing_torch(capsys):
+    """benchmarks/startup.py, once each: it checks the run wrote its bias report and figure, and
+    prints both clocks' medians and the overhead."""
+    from benchmarks import startup
+
+    assert startup.main(["--repeat", "1", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "overhead over importing torch" in out and "(CPU)" in out and "load average" in out
+
+
+@pytest.mark.slow
+def test_bf16_accuracy_benchmark_trains_both_precisions_alike():
+    """benchmarks/bf16_accuracy.py at a toy size: the same cohorts and batches, so fp32 and bf16
+    start from the same model and end close but not equal."""
+    from benchmarks import bf16_accuracy as bf
+    from asyncfl.components.contracts import BuildContext
+    from asyncfl.config.datasets import FEMNISTTwinTask
+    from asyncfl.tasks.femnist_twin import build_femnist_twin
+
+    task = build_femnist_twin(FEMNISTTwinTask(users=2), BuildContext(clients=2, seed=0))
+    fp32 = bf.local(task, task.initial_theta, 0, 5, bf16=False)
+    bf16 = bf.local(task, task.initial_theta, 0, 5, bf16=True)
+    assert not torch.equal(fp32, bf16)
+    assert torch.allclose(fp32, bf16, atol=1e-2)
