@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
 
-from asyncfl import privacy
 from asyncfl import rng as rngmod
 from asyncfl.clients.availability import Schedule
 from asyncfl.clients.context import FleetContext
@@ -35,8 +34,8 @@ from asyncfl.clients.fleet import Fleet, draw_speeds
 from asyncfl.clients.profiles import ClientProfiles, sample_counts
 from asyncfl.components.contracts import BuildContext
 from asyncfl.compute import device as devices
+from asyncfl.compute.batching import BatchedChoice, batched_problems, choose_batched
 from asyncfl.compute.executors import Executor, ExecutorContext, TaskRecipe
-from asyncfl.privacy.dispatch import ledger_terms
 from asyncfl.compute.solvers import LocalSolver
 from asyncfl.compute.training import LocalJob
 from asyncfl.config import checks
@@ -51,6 +50,9 @@ from asyncfl.records import Sink
 from asyncfl.sim.engine import Simulation
 from asyncfl.sim.parts import ParticipationRule, Parts, RunSettings
 from asyncfl.tasks.base import Task
+
+if TYPE_CHECKING:  # the privacy package (scipy, dp-accounting) is imported by private runs only: start-up
+    from asyncfl import privacy
 
 #: the parts :func:`compose` accepts as overrides
 OVERRIDES = ("task", "fleet", "availability", "algorithm", "executor")
@@ -89,15 +91,22 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
     protocol = scenario.component("protocol").make(scenario.config_of("protocol"), ctx)
     hook = scenario.component("hook").make(scenario.config_of("hook"), ctx)
     recipe = TaskRecipe(scenario.component("task").builder(), scenario.task, task_ctx) if task_built else None
-    participation = (ParticipationRule(*ledger_terms(private_setup, scenario.seed)) if private_setup is not None
+    participation = (_private_participation(private_setup, scenario.seed) if private_setup is not None
                      else ParticipationRule() if one_upload_per_client(scenario) else None)
     return Parts(
         task=task, fleet=fleet, algorithm=algorithm, protocol=protocol, hook=hook, settings=settings(scenario),
         streams=streams, make_executor=executor_factory(scenario, task, recipe),
         executor=overrides.get("executor"), privacy_setup=private_setup,
-        private_aggregator=aggregator if isinstance(aggregator, privacy.PrivateAggregator) else None,
+        private_aggregator=aggregator if private_setup is not None else None,
         participation=participation,
     )
+
+
+def _private_participation(setup: privacy.PrivacySetup, seed: int) -> ParticipationRule:
+    """The participation ledger of a private run (its cap, separation and allotment)."""
+    from asyncfl.privacy.dispatch import ledger_terms
+
+    return ParticipationRule(*ledger_terms(setup, seed))
 
 
 def build_simulation(scenario: Scenario, *, sink: Sink | None = None, **overrides: Any) -> Simulation:
@@ -138,7 +147,15 @@ def settings(scenario: Scenario) -> RunSettings:
         staleness_columns=num_staleness(scenario), steps=run.steps, eval_every=run.eval_every,
         max_update_norm=run.max_update_norm, train_loss=run.train_loss, torch_threads=run.torch_threads,
         divergence_loss=run.divergence_loss, divergence_factor=run.divergence_factor,
+        batched=batched_choice(scenario),
     )
+
+
+def batched_choice(scenario: Scenario) -> BatchedChoice:
+    """Batched or job by job for ``scenario`` (``run.batched``; ``"auto"`` resolved from the
+    executor's, the solver's and the task's traits by :func:`asyncfl.compute.batching.choose_batched`)."""
+    return choose_batched(scenario.run.batched, scenario.component("executor").traits,
+                          scenario.component("solver").traits, scenario.component("task").traits)
 
 
 def num_staleness(scenario: Scenario) -> int | None:
@@ -154,6 +171,8 @@ def num_staleness(scenario: Scenario) -> int | None:
 def private_aggregator(scenario: Scenario, dim: int | None = None) -> tuple[privacy.PrivacySetup, Aggregator]:
     """``(PrivacySetup, PrivateAggregator)`` of a ``[privacy]`` run (σ calibrated and a correlated
     noise strategy optimised here; ``dim``: the upload's length, sizing the noise buffers)."""
+    from asyncfl import privacy
+
     server = scenario.server
     return privacy.build_privacy(
         scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,
@@ -269,12 +288,12 @@ def executor_factory(scenario: Scenario, task: Task, recipe: TaskRecipe | None =
     if run.executor not in EXECUTORS:
         raise ScenarioError([EXECUTORS.unknown(run.executor)])
     executor = scenario.component("executor")
-    if run.batched and not executor.traits.batched:
-        ok = [e.name for e in EXECUTORS if e.traits.batched]
-        raise ScenarioError([
-            f"run.batched = true, run.executor = {run.executor!r}: batched training runs with the executors "
-            f"{', '.join(ok)} (set one of them, or run.batched = false)"
-        ])
+    problems = batched_problems(run.batched, run.executor, executor.traits, [e.name for e in EXECUTORS if e.traits.batched],
+                                scenario.client.solver, scenario.component("solver").traits)
+    if problems:
+        raise ScenarioError(problems)
+    # the executors read the path the run takes (a bool), never the request
+    run = run.model_copy(update={"batched": batched_choice(scenario).batched})
     device = "cpu" if task is None else str(devices.device_of(task))  # where compose placed the task
     ectx = ExecutorContext(task, scenario.client, build_solver(scenario), run, recipe, device)
     return functools.partial(executor.make, None, ectx)

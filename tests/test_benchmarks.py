@@ -4,6 +4,7 @@ toy sizes: a benchmark that no longer runs is found by the test command, not by 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from benchmarks import throughput
 from benchmarks.common import engine_scenario, heapq_fedbuff
@@ -156,3 +157,30 @@ def test_device_benchmark_smoke_measures_both_cnns_every_way_on_the_cpu(capsys):
         assert all(len(v) == device.SMOKE["rounds"] and min(v) > 0 for rates in (r["rates"], r["cpu_rates"]) for v in rates.values())
         assert r["batched_max_abs_diff"] < 1e-5
     assert results[0]["d"] == 6_603_710 and results[1]["d"] == 122_570  # LEAF's CNN, the CIFAR CNN
+
+
+@pytest.mark.slow
+def test_startup_benchmark_times_a_run_against_importing_torch(capsys):
+    """benchmarks/startup.py, once each: it checks the run wrote its bias report and figure, and
+    prints both clocks' medians and the overhead."""
+    from benchmarks import startup
+
+    assert startup.main(["--repeat", "1", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "overhead over importing torch" in out and "(CPU)" in out and "load average" in out
+
+
+@pytest.mark.slow
+def test_bf16_accuracy_benchmark_trains_both_precisions_alike():
+    """benchmarks/bf16_accuracy.py at a toy size: the same cohorts and batches, so fp32 and bf16
+    start from the same model and end close but not equal."""
+    from benchmarks import bf16_accuracy as bf
+    from asyncfl.components.contracts import BuildContext
+    from asyncfl.config.datasets import FEMNISTTwinTask
+    from asyncfl.tasks.femnist_twin import build_femnist_twin
+
+    task = build_femnist_twin(FEMNISTTwinTask(users=2), BuildContext(clients=2, seed=0))
+    fp32 = bf.local(task, task.initial_theta, 0, 5, bf16=False)
+    bf16 = bf.local(task, task.initial_theta, 0, 5, bf16=True)
+    assert not torch.equal(fp32, bf16)
+    assert torch.allclose(fp32, bf16, atol=1e-2)

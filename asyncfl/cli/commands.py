@@ -32,6 +32,10 @@ COMMANDS: CommandTable[Callable[[argparse.Namespace], int]] = CommandTable("comm
     "sweep": ("asyncfl.cli.sweep:cmd_sweep", "a grid of scenario keys × seeds, run in parallel: results.csv, summary.csv with 95%% CIs"),
 })
 
+#: the commands that draw the figure of a run they drive: their figure process is started before
+#: their module (and torch) is imported (``args.figures``, docs/performance.md "Start-up")
+DRAW_FIGURES = ("run", "resume")
+
 
 # ---------------------------------------------------------------------------------------------
 def changes_args(p: argparse.ArgumentParser) -> None:

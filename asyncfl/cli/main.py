@@ -20,13 +20,14 @@ import shlex
 import sys
 
 from asyncfl.version import __version__
-from asyncfl.cli.commands import COMMANDS, add_commands
+from asyncfl.cli.commands import COMMANDS, DRAW_FIGURES, add_commands
 from asyncfl.components.allow import allow_modules
 from asyncfl.cli.console import fault, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_NUMERICAL, EXIT_OK, EXIT_USAGE
 from typing import Callable
 
 from asyncfl.errors import AsyncFLError, NumericalFault, UsageError
+from asyncfl.figures.process import FigureProcess
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_NUMERICAL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main", "run_script"]
 
@@ -50,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     def command(args: argparse.Namespace) -> int:
         permit(args)
-        return int(COMMANDS.load(args.command)(args) or EXIT_OK)
+        # a command that draws a run's figure gets a figure process, started before its module
+        # imports torch, so that matplotlib's import overlaps torch's (docs/performance.md "Start-up")
+        with FigureProcess(start=args.command in DRAW_FIGURES) as args.figures:
+            return int(COMMANDS.load(args.command)(args) or EXIT_OK)
 
     return _guarded(build_parser, command, "asyncfl", argv)
 

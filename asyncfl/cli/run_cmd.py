@@ -3,7 +3,9 @@ draw ``metrics.png`` and print the summary (docs/architecture.md, "Package layou
 docs/run-directory.md for what the run directory holds).
 
 Loaded through the command registry only when one of these commands runs (it imports the
-engine, hence torch).
+engine, hence torch), after :func:`asyncfl.cli.main.main` has started the figure process these
+commands draw with (``args.figures``, :class:`asyncfl.figures.process.FigureProcess`): its
+matplotlib import overlaps torch's and the run (docs/performance.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.config.memory import check_memory, record_warning
 from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import NumericalFault, RunInterrupted
-from asyncfl.figures.metrics import plot_metrics
+from asyncfl.figures.process import FigureProcess
 from asyncfl.run import outdir, rundir, runner
 
 
@@ -55,10 +57,12 @@ def graceful_sigint() -> Iterator[Callable[[], bool]]:
             signal.signal(sig, old)
 
 
-def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Callable[..., Any], out: Path, fmt: str = "png") -> int:
+def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Callable[..., Any], out: Path, fmt: str,
+                         figures: FigureProcess) -> int:
     def _plot(out: Path) -> None:
-        """``metrics.FORMAT`` for a run the CLI drove (library runs and studies skip it: ~0.3 s each)."""
-        plot_metrics([out], out / f"metrics.{fmt}", fmt=fmt)
+        """``metrics.FORMAT`` for a run the CLI drove (library runs and studies skip it: ~0.3 s each),
+        drawn by the figure process started before torch was imported."""
+        figures.draw(out, fmt)
 
     with progress_bar(total, quiet) as progress, graceful_sigint() as should_stop:
         bar = progress.add_task("run", total=total, completed=start, vtime=0.0, loss="–")
@@ -98,7 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     def coroutine_of(**kw: Any) -> Any:
         return runner.run_to_dir(scenario, out, overwrite=args.overwrite, **kw)
 
-    return _drive_with_progress(scenario.run.steps, 0, args.quiet, coroutine_of, out, args.format or "png")
+    return _drive_with_progress(scenario.run.steps, 0, args.quiet, coroutine_of, out, args.format or "png", args.figures)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -121,4 +125,5 @@ def cmd_resume(args: argparse.Namespace) -> int:
     def coroutine_of(**kw: Any) -> Any:
         return runner.resume_prepared(ready, **kw)
 
-    return _drive_with_progress(plan.scenario.run.steps, plan.step, args.quiet, coroutine_of, out, args.format or "png")
+    return _drive_with_progress(plan.scenario.run.steps, plan.step, args.quiet, coroutine_of, out, args.format or "png",
+                                args.figures)

@@ -37,6 +37,7 @@ from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.config.sections import ClientConfig, PopulationConfig, PrivacyConfig, RunConfig, ServerConfig
 from asyncfl.config.server import MAX_LINKS
 from asyncfl.config.tasks import TaskConfig
+from asyncfl.compute.batching import batched_problems
 from asyncfl.config.trackers import problems as tracker_problems
 from asyncfl.errors import ScenarioError
 
@@ -484,14 +485,9 @@ def _trait_problems(sc: Scenario, parts: dict[str, Component]) -> list[str]:
             f"server.algorithm = {' or '.join(repr(a) for a in prox) or 'one with a proximal term'} for the proximal "
             "term (μ/2)‖θ − θ_s‖², or client.mu = 0"
         )
-    batched = sc.run.batched
-    if batched and not parts["executor"].traits.batched:
-        ok = [e.name for e in REGISTRY.components("executor") if e.traits.batched]
-        errors.append(f"run.batched = true, run.executor = {sc.run.executor!r}: batched training runs with the executors "
-                      f"{', '.join(ok)} (set one of them, or run.batched = false)")
-    if batched and not solver.batched:
-        errors.append(f"run.batched = true, client.solver = {client.solver!r}: this solver trains one job at a time "
-                      "(set run.batched = false)")
+    errors.extend(batched_problems(sc.run.batched, sc.run.executor, parts["executor"].traits,
+                                   [e.name for e in REGISTRY.components("executor") if e.traits.batched],
+                                   client.solver, solver))
     speeds_from = parts["latency"].traits.speeds_from
     pop = sc.population
     if speeds_from is not None:

@@ -9,9 +9,9 @@ scenario (:mod:`asyncfl.config.scenario`) is built above both. Torch-free.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import Field, field_validator
+from pydantic import Field, PlainValidator, field_validator
 
 from asyncfl.config.base import NonNegFloat, PosFloat, PosInt, Probability, Section
 from asyncfl.config.stop import StopConfig
@@ -78,6 +78,16 @@ DEVICE_NAME = re.compile(r"cpu|cuda(:\d{1,3})?|mps|auto")
 DEVICE_NAMES = '"cpu", "cuda", "cuda:N", "mps", "auto"'
 
 
+def _batched(value: Any) -> bool | Literal["auto"]:
+    """``run.batched``: true, false or "auto" (one message for any other value)."""
+    if isinstance(value, bool) or value == "auto":
+        return value
+    raise ValueError('must be true, false or "auto"')
+
+
+Batched = Annotated[bool | Literal["auto"], PlainValidator(_batched)]
+
+
 class RunConfig(Section):
     """Length, evaluation, placement of compute, checkpoints and numerical guards."""
 
@@ -88,7 +98,10 @@ class RunConfig(Section):
     train_loss: bool = True
     executor: str = "inline"  # a component (docs/architecture.md §4)
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
-    batched: bool = False  # train clients of one model version together (torch.func.vmap)
+    # train clients of one model version together (torch.func.vmap): true, false, or "auto" —
+    # batched where the executor, the solver and the task allow it with the same bits as job by job
+    # (asyncfl.compute.batching.choose_batched)
+    batched: Batched = "auto"
     # where the model, the data, training and the server compute (asyncfl.compute.device):
     # "cpu", "cuda", "cuda:N", "mps" or "auto" (cuda, else mps, else cpu); docs/guide.md §7
     device: str = "cpu"

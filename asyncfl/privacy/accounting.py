@@ -51,8 +51,6 @@ from __future__ import annotations
 import functools
 import math
 
-from scipy import optimize
-
 from asyncfl.config.registries import ACCOUNTANTS
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy.accountants import Releases, dp_event, pld_epsilon, pld_interval, rdp_epsilon  # noqa: F401 (re-exported)
@@ -138,6 +136,8 @@ def sigma_for(releases: Releases, epsilon: float, delta: float, accountant: Acco
                 return SIGMA_MIN
             lo, hi = max(lo / 2.0, SIGMA_MIN), lo
     # now gap(lo) > 0 ≥ gap(hi)
+    from scipy import optimize  # imported here: a run that calibrates nothing starts without scipy.optimize
+
     sigma = optimize.brentq(gap, lo, hi, xtol=1e-12, rtol=1e-5)
     step = 1e-5 * sigma
     while gap(sigma) > 0:  # Brent's root may sit a hair on the wrong side

@@ -25,7 +25,6 @@ import math
 from typing import Any, Callable
 
 import numpy as np
-from scipy import optimize, stats
 
 from asyncfl.privacy import accounting
 from asyncfl.privacy.accountants import Releases
@@ -51,6 +50,8 @@ def gdp_delta(mu: float, epsilon: float) -> float:
     with log-CDFs so that large ``ε`` does not overflow ``e^ε``."""
     if mu <= 0.0:
         return 0.0
+    from scipy import stats  # imported on first use: a run that is not private starts without scipy.stats
+
     a = stats.norm.logcdf(-epsilon / mu + mu / 2.0)
     b = epsilon + stats.norm.logcdf(-epsilon / mu - mu / 2.0)
     return float(math.exp(a) * -math.expm1(b - a)) if a > -math.inf else 0.0
@@ -66,6 +67,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     hi = max(1.0, mu * mu)
     while gdp_delta(mu, hi) > delta:
         hi *= 2.0
+    from scipy import optimize
+
     return float(optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 

@@ -22,7 +22,6 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from scipy import optimize
 
 from asyncfl.privacy import allocation
 from asyncfl.privacy.accountants import Releases
@@ -85,6 +84,8 @@ def tpr_at(pld: PrivacyLossDistribution | Profile, alpha: float, eps_max: float 
     lo, hi = eps[max(i - 1, 0)], eps[min(i + 1, grid - 1)]
     best = float(values[i])
     if hi > lo:
+        from scipy import optimize  # imported on first use (start-up of runs that are not private)
+
         res = optimize.minimize_scalar(lambda e: -float(_objective(pld, alpha, np.array([e]))[0]), bounds=(lo, hi),
                                        method="bounded", options={"xatol": 1e-10})
         best = max(best, -float(res.fun))

@@ -585,6 +585,9 @@ class Simulation:
             "algorithm": settings.algorithm,
             "rule": settings.rule,
             "task": settings.task,
+            # the training path that ran (run.batched; "auto" resolved, docs/guide.md §"Batched training")
+            "batched": settings.batched.batched,
+            "batched_why": settings.batched.why,
             "private": self.privacy_setup is not None,
             "steps": self.steps_done,
             "virtual_time": self.env.now,

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from asyncfl.compute.batching import BatchedChoice
+
 if TYPE_CHECKING:
     from asyncfl.clients.fleet import Fleet
     from asyncfl.components.contracts import ServerProtocol, UpdateHook
@@ -28,9 +30,10 @@ class RunSettings:
     """What the engine reads besides its parts: the run's name and what ran (the summary's
     ``protocol``, ``algorithm``, ``rule`` — None when the algorithm uses no rule — ``task``), the
     ``[run]`` numbers it obeys (``steps``, ``eval_every``, ``max_update_norm``, ``train_loss``,
-    ``torch_threads``, the divergence guard), the number of clients ``N``, the buffer ``C`` and
-    whether uploads may be stale and the drop reasons the protocol declares (its traits), and the staleness columns ``L`` of
-    the records (None: unbounded)."""
+    ``torch_threads``, the divergence guard, the training path ``batched`` and why), the number
+    of clients ``N``, the buffer ``C`` and whether uploads may be stale and the drop reasons the
+    protocol declares (its traits), and the staleness columns ``L`` of the records (None:
+    unbounded)."""
 
     name: str
     protocol: str
@@ -49,6 +52,7 @@ class RunSettings:
     torch_threads: int | None = None
     divergence_loss: float = float("inf")
     divergence_factor: float = float("inf")
+    batched: BatchedChoice = BatchedChoice(False, "run.batched = false")
 
 
 @dataclass(frozen=True)

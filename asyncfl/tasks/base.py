@@ -214,6 +214,21 @@ class Task:
         data = self.objective_scale(k) * self.loss_fn(self.outputs(theta, x), y).mean()
         return data + self.regularizer(theta)
 
+    @property
+    def per_parameter(self) -> bool:
+        """Whether the objective reads ``θ`` only through the model's named parameters: no ridge
+        term (``l2 = 0``) and this class's own :meth:`outputs` and :meth:`batch_objective`. Then
+        its gradient can be taken parameter by parameter (:meth:`named_objective`), with no
+        ``d``-vector assembled per step (docs/performance.md, "The LEAF CNN")."""
+        cls = type(self)
+        return self.l2 == 0.0 and cls.outputs is Task.outputs and cls.batch_objective is Task.batch_objective
+
+    def named_objective(self, params: dict[str, torch.Tensor], k: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``f_k(θ; B)`` of a task with :attr:`per_parameter`, from the named parameters (views of
+        ``θ``): the same numbers as :meth:`batch_objective`, and the same gradient for each
+        parameter as the matching part of ``∇_θ``."""
+        return self.objective_scale(k) * self.loss_fn(torch.func.functional_call(self.model, params, (x,)), y).mean()
+
     @torch.no_grad()
     def evaluate(self, theta: torch.Tensor, data: ClientData | None = None) -> dict[str, float]:
         """Mean per-sample loss (and accuracy for classification) on ``data`` (default: test set)."""
