@@ -16,7 +16,7 @@ from asyncfl.cli.console import say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.config.memory import check_memory, record_warning
-from asyncfl.config.trackers import named
+from asyncfl.run.tracker_names import named
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -10,11 +10,9 @@ them (their packages are optional: ``asyncfl[tensorboard]``, ``asyncfl[mlflow]``
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from asyncfl.components.core import Component
 from asyncfl.config.base import Section
-from asyncfl.config.registries import TRACKERS
 
 
 class MLflowKeys(Section):
@@ -37,11 +35,3 @@ class WandbKeys(Section):
     dir: str | None = None
     mode: Literal["offline", "online"] = "offline"
 
-
-def named(scenario: Any) -> tuple[Component, ...]:
-    """The tracker components a validated scenario names, in order: ``run.trackers``, after
-    ``"tensorboard"`` when ``run.tensorboard = true`` and the list does not name it."""
-    listed = scenario.listed("tracker")
-    if scenario.run.tensorboard and all(c.name != "tensorboard" for c in listed):
-        listed = (TRACKERS.get("tensorboard"), *listed)
-    return tuple(listed)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from asyncfl.errors import ScenarioError
-from asyncfl.run.rundir import atomic_write
+from asyncfl.run.atomic import atomic_write
 from asyncfl.records import StepEvent
 from asyncfl.run.tracker_base import Start, Tracker
 
