@@ -70,6 +70,7 @@ def test_small_study_writes_results_and_report_with_all_six_methods(small_study)
     assert {p.name for p in scen} == {"study_synthetic_K1C.toml", "study_synthetic_K5C.toml", "study_synthetic_sync.toml"}
 
 
+@pytest.mark.slow
 def test_rerun_resumes_without_running_again(small_study, monkeypatch):
     import asyncfl.run.runner
 
