@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from asyncfl.components import contracts as ct
+from asyncfl.components.contracts import Tracker
 from asyncfl.config.registries import TRACKERS
 from asyncfl.config.scenario import Scenario
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy import epsilon_curve
 from asyncfl.records import StepEvent
 from asyncfl.run.rundir import atomic_write
-from asyncfl.run.tracker_base import Start, Tracker
+from asyncfl.run.tracker_base import Start
 from asyncfl.run.tracker_names import named
 
 LEDGER = "trackers.json"
