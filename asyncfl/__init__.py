@@ -9,7 +9,7 @@ pandas): each name is imported on first use from the module :data:`PUBLIC` gives
   kinds (:data:`KINDS`) and their traits, the config bases :class:`Section` and
   :class:`TaskSection`; the one builder shape ``build(cfg, ctx)``'s :class:`BuildContext`,
   :func:`returns` (the builder of a ready-made product) and :class:`ServerProtocol`;
-* what a component's builder works with: :class:`Task`, :class:`ClientData`, :class:`LocalJob`,
+* what a component's builder works with (or subclasses): :class:`Task`, :class:`Tracker`, :class:`ClientData`, :class:`LocalJob`,
   :class:`LocalSolver`, :func:`batch_schedule`, :class:`ServerRule`, :class:`RuleOutput`,
   :class:`Aggregate`;
 * running: :func:`load_scenario`, :func:`scenario_from_dict`, :func:`simulate`;
@@ -46,6 +46,8 @@ PUBLIC: dict[str, str] = {
     "ExecutorTraits": "asyncfl.components.traits",
     "SamplingTraits": "asyncfl.components.traits",
     "NoiseTraits": "asyncfl.components.traits",
+    "TrackerTraits": "asyncfl.components.traits",
+    "Tracker": "asyncfl.run.tracker_base",
     "MemoryPart": "asyncfl.components.traits",
     "MemoryShape": "asyncfl.components.traits",
     "Section": "asyncfl.config.base",
@@ -90,6 +92,8 @@ __all__ = [
     "ExecutorTraits",
     "SamplingTraits",
     "NoiseTraits",
+    "TrackerTraits",
+    "Tracker",
     "MemoryPart",
     "MemoryShape",
     "Section",
@@ -137,6 +141,8 @@ if TYPE_CHECKING:  # the names as type checkers see them (at run time: __getattr
     from asyncfl.components.traits import RuleTraits as RuleTraits
     from asyncfl.components.traits import SamplingTraits as SamplingTraits
     from asyncfl.components.traits import NoiseTraits as NoiseTraits
+    from asyncfl.components.traits import TrackerTraits as TrackerTraits
+    from asyncfl.run.tracker_base import Tracker as Tracker
     from asyncfl.components.traits import SolverTraits as SolverTraits
     from asyncfl.components.traits import TaskTraits as TaskTraits
     from asyncfl.compute.solvers import LocalSolver as LocalSolver

@@ -381,7 +381,7 @@ def test_a_pixel_beyond_float_range_is_refused(tmp_path):
         femnist_arrays([[10**400] * 784], [1], Path("f.json"), "u")
 
 
-@pytest.mark.parametrize("kind", ["fifo", "devnull", "folder", "broken-link"])
+@pytest.mark.parametrize("kind", ["fifo", *(pytest.param(k, marks=pytest.mark.slow) for k in ("devnull", "folder", "broken-link"))])
 def test_a_leaf_entry_that_is_not_a_regular_file_is_refused_naming_it(kind, tmp_path):
     root = write_femnist(tmp_path / "f")
     odd = root / "train" / "zz_extra.json"

@@ -41,7 +41,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 # -- every drawing command, every format -------------------------------------------------------
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [f if f == "png" else pytest.param(f, marks=pytest.mark.slow) for f in FORMATS])  # png: the fast subset's
 def test_run_plot_compare_bias_and_staleness_write_each_format(run_dir, tmp_path, fmt, capsys):
     from analysis.staleness import main as staleness_main
 

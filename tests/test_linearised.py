@@ -78,6 +78,7 @@ def test_the_minibatch_oracle_without_a_proximal_term_is_the_sgd_solver():
                                rtol=0, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_fedpd_with_linearised_variance_reduced_steps_reaches_the_pooled_solution():
     """p = 0: FedPD's fixed point is θ* = argmin Σ_k f_k (lstsq here). At a fixed point the warm
     start already solves the local problem, the oracle's full gradient at r = 0 is exact and its

@@ -48,6 +48,7 @@ def test_the_target_comes_from_the_reference_on_the_held_out_seed_only(ci_review
     assert {r["target_accuracy"] for r in rows} == {target} == {t["target_accuracy"] for t in tuning}
 
 
+@pytest.mark.slow
 def test_each_cell_is_tuned_on_the_restricted_steps_to_the_target_after_a_x2_refinement(ci_review):
     """Grids of two rates ×2 apart: the best is an edge, so the refinement adds one rate beyond it;
     the chosen rate is the one with the smallest mean of min(T̂, h) over the tuning seed, or, where
@@ -70,6 +71,7 @@ def test_each_cell_is_tuned_on_the_restricted_steps_to_the_target_after_a_x2_ref
             assert chosen[0] == max(sorted(final), key=lambda lr: final[lr])
 
 
+@pytest.mark.slow
 def test_unreached_targets_are_censored_rows_counted_at_the_horizon(ci_review):
     rows = read_csv(ci_review / "results.csv")
     unreached = [r for r in rows if not r["reached"]]
@@ -96,6 +98,7 @@ def test_the_report_regenerates_from_the_csvs_alone(ci_review, tmp_path):
     assert "## Claims" in (copy / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_rerun_reads_every_run_back_and_writes_the_same_tables(ci_review, monkeypatch, capsys):
     """Resuming (docs/ma-review.md §2): the same spec on the same folder runs nothing again (a
     run started would fail this test) and writes the same tables, row for row."""
@@ -112,6 +115,7 @@ def test_a_rerun_reads_every_run_back_and_writes_the_same_tables(ci_review, monk
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_the_oracle_keeps_the_update_noise_and_gives_the_exact_w(ci_review):
     """Same seed and learning rate: the noisy counts decoded are the same draws (so is the update
     noise), but the oracle's server used the exact W: its MA-light bias against the W it saw equals

@@ -92,6 +92,7 @@ def test_heavily_stale_run_ma_rules_have_less_bias_than_momentum_and_learn(tmp_p
         assert math.isfinite(last) and last < first
 
 
+@pytest.mark.slow
 def test_ridge_keeps_ma_full_stable_where_lambda_zero_diverges():
     """docs/server-rules.md: with λ = 0, versions whose updates have not arrived leave W singular or
     ill-conditioned, a_t grows with alternating signs and the sampling noise is amplified.

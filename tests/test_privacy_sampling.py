@@ -204,6 +204,7 @@ def private_scenarios(draw: Any) -> tuple[sc.Scenario, int | None]:
     return sc.validate(raw), k
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=private_scenarios())
 def test_no_client_exceeds_its_cap_or_uploads_twice_to_a_step(case):

@@ -222,6 +222,7 @@ def test_the_ci_study_writes_every_evaluation_of_every_run(ci_study):
         assert r["counts"] == counts_mode(float(r["xi"]), int(r["noise_cohort"]))
 
 
+@pytest.mark.slow
 def test_the_ci_study_tunes_then_refines_the_grid_around_the_best(ci_study):
     spec = load_spec(CI_SPEC)
     runs = read_results(ci_study / "results.csv")

@@ -106,7 +106,7 @@ def test_every_kind_has_one_table_and_every_builtin_builder_is_a_module_attribut
     assert fields == [
         "task.name", "latency.dist", "population.availability", "server.protocol", "server.algorithm",
         "server.rule", "client.solver", "client.update_hook", "run.executor", "privacy.sampling", "privacy.accountant", "privacy.counts",
-        "privacy.noise",
+        "privacy.noise", "run.trackers",
     ]
     for reg in REGISTRIES:
         for entry in reg.entries():
@@ -424,7 +424,7 @@ def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
             else:
                 raw["latency"]["file"] = "asyncfl:fedscale_sample_devices.pkl"
         return raw
-    raw.setdefault(section, {})[key] = name
+    raw.setdefault(section, {})[key] = [name] if KINDS_BY_FIELD[field].many else name  # run.trackers lists its names
     if field == "population.availability" and name == "trace":
         raw["population"]["availability_file"] = "asyncfl:fedscale_sample_availability.pkl"
     if field == "server.protocol" and name == "sync":
@@ -448,6 +448,12 @@ def _raw_for(field: str, name: str, tmp_path: Path) -> dict:
 
 
 CHOSEN = [(reg.field, reg) for reg in REGISTRIES]
+KINDS_BY_FIELD = {reg.field: reg.info for reg in REGISTRIES}
+
+
+def _named(registry: Registry, name: str) -> object:
+    """What a scenario writes to name ``name``: the name, or a list of it for a list-valued kind."""
+    return [name] if registry.info.many else name
 
 
 @pytest.mark.parametrize("field,registry", CHOSEN, ids=[f for f, _ in CHOSEN])
@@ -455,14 +461,14 @@ def test_the_scenario_accepts_every_registered_name(field: str, registry: Regist
     section, key = field.split(".")
     for name in registry.names:
         scenario = sc.validate(_raw_for(field, name, tmp_path))
-        assert getattr(getattr(scenario, section), key) == name
+        assert getattr(getattr(scenario, section), key) == _named(registry, name)
 
 
 @pytest.mark.parametrize("field,registry", CHOSEN, ids=[f for f, _ in CHOSEN])
 def test_the_scenario_refuses_any_other_name_listing_the_registered_ones(field: str, registry: Registry, tmp_path: Path) -> None:
     raw = _raw_for(field, registry.names[0], tmp_path)
     section, key = field.split(".")
-    raw.setdefault(section, {})[key] = "bogus"
+    raw.setdefault(section, {})[key] = _named(registry, "bogus")
     with pytest.raises(ScenarioError) as err:
         sc.validate(raw)
     problems = [p for p in err.value.problems if p.startswith(f"{field} = 'bogus'")]
@@ -479,7 +485,7 @@ def test_the_allowed_values_of_a_kind_are_whatever_is_registered_when_the_scenar
     for registry in REGISTRIES:
         section, key = registry.field.split(".")
         model = sc.TAGGED[section].traits if section in sc.TAGGED else sc.SECTIONS[section]
-        if section not in sc.TAGGED:
+        if section not in sc.TAGGED and not registry.info.many:  # a list-valued kind's key is a list of str
             assert model.model_fields[key].annotation is str, registry.field
     raw = make_raw(**{"server.rule": "late-rule"})
     with pytest.raises(ScenarioError, match="server.rule = 'late-rule': unknown server rule"):
@@ -567,5 +573,5 @@ def test_simplex_counts_are_accepted_and_a_private_run_uses_them(monkeypatch: py
 def test_registries_module_lists_every_kind() -> None:
     found = {name for name, value in vars(registries).items() if isinstance(value, Registry)}
     assert found == {"RULES", "ALGORITHMS", "PROTOCOLS", "LATENCIES", "AVAILABILITIES", "TASKS", "SOLVERS", "HOOKS", "EXECUTORS",
-                     "SAMPLINGS", "ACCOUNTANTS", "COUNT_MODES", "NOISES"}
+                     "SAMPLINGS", "ACCOUNTANTS", "COUNT_MODES", "NOISES", "TRACKERS"}
     assert len(REGISTRIES) == len(found)

@@ -575,6 +575,7 @@ RUN_SETS = st.lists(st.tuples(
 ).map(lambda kv: f"{kv[0]}={kv[1] if isinstance(kv[1], str) else _toml_value(kv[1])}"), max_size=3)
 
 
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("ASYNCFL_FUZZ_RUN_EXAMPLES", 12)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(sets=RUN_SETS)
 def test_fuzz_run_exits_0_2_or_3_without_traceback(sets, tmp_path_factory):

@@ -44,7 +44,9 @@ def actual() -> dict[tuple[str, str], object]:
             if component.origin.source != "builtin" or component.config is None:
                 continue
             for key, field in component.config.model_fields.items():
-                if not (kind.whole_section and key == kind.key):
+                if kind.many:  # its own table: run.tracker.mlflow.experiment
+                    keys[(f"{kind.section}.{kind.keys_table}.{component.name}.{key}", component.name)] = field.default
+                elif not (kind.whole_section and key == kind.key):
                     keys[(f"{kind.section}.{key}", component.name)] = field.default
     return keys
 

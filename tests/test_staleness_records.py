@@ -108,6 +108,7 @@ def test_inconsistent_entries_are_named(entries, message):
         StalenessCounts.from_entries(np.array(entries), (3, 5))
 
 
+@pytest.mark.slow
 def test_a_run_at_max_staleness_100000_records_what_its_uploads_did(tmp_path, monkeypatch):
     bounded, unbounded = make_scenario(HUGE), make_scenario({**HUGE, "server.max_staleness": None})
     a, b = run_blocking(bounded).records.by_staleness, run_blocking(unbounded).records.by_staleness

@@ -17,6 +17,10 @@ import pytest
 import torch
 
 from asyncfl.components import allow
+from asyncfl.components.core import Component
+from asyncfl.components.registry import REGISTRY, register, unregister
+from asyncfl.components.traits import TrackerTraits
+from asyncfl.config.base import Section
 from asyncfl.config import scenario as sc
 from asyncfl.errors import ScenarioError
 from asyncfl.run.runner import resume_dir_blocking, run_to_dir_blocking
@@ -135,7 +139,7 @@ def test_a_resumed_run_continues_the_same_mlflow_run_without_doubled_points(tmp_
 
 
 class Exploding(Tracker):
-    """A tracker that fails at its third evaluation (``run.trackers = ["test_trackers:Exploding"]``)."""
+    """A tracker that fails at its third evaluation (``run.trackers = ["test_trackers:EXPLODING"]``)."""
 
     def start(self, start):
         self.calls = 0
@@ -147,21 +151,28 @@ class Exploding(Tracker):
             raise RuntimeError("the tracking server went away")
 
 
+EXPLODING = Component("tracker", "exploding", Exploding, summary="fails at its third evaluation")
+
+
 @pytest.fixture
 def allowed(monkeypatch):
-    """Modules allowed for 'module:attribute' trackers in this test only (docs/extending.md §3)."""
+    """Modules allowed for 'module:attribute' trackers in this test only (docs/extending.md §3);
+    the trackers registered under such names are unregistered afterwards."""
     monkeypatch.delenv(allow.ENV, raising=False)
+    before = set(REGISTRY.names("tracker"))
     yield allow.allow_modules
     allow.reset()
+    for name in set(REGISTRY.names("tracker")) - before:
+        unregister("tracker", name)
 
 
 def test_a_tracker_failing_mid_run_never_costs_the_run_its_files(tmp_path, capsys, allowed):
     allowed("test_trackers")
     store, out, plain = tmp_path / "mlruns", tmp_path / "run", tmp_path / "plain"
-    s = run_to_dir_blocking(scenario(["test_trackers:Exploding", "mlflow"], mlflow_keys(store)), out)
+    s = run_to_dir_blocking(scenario(["test_trackers:EXPLODING", "mlflow"], mlflow_keys(store)), out)
     assert s["status"] == "completed"
-    assert s["tracker_errors"] == {"test_trackers:Exploding": "RuntimeError: the tracking server went away"}
-    assert "tracker test_trackers:Exploding failed" in capsys.readouterr().err
+    assert s["tracker_errors"] == {"test_trackers:EXPLODING": "RuntimeError: the tracking server went away"}
+    assert "tracker test_trackers:EXPLODING failed" in capsys.readouterr().err
     run_to_dir_blocking(scenario([]), plain)
     assert (out / "updates.csv").read_bytes() == (plain / "updates.csv").read_bytes()
     a, b = torch.load(out / "model.pt", weights_only=True), torch.load(plain / "model.pt", weights_only=True)
@@ -171,19 +182,78 @@ def test_a_tracker_failing_mid_run_never_costs_the_run_its_files(tmp_path, capsy
     assert len(client.get_metric_history(found.info.run_id, "loss")) == 6
 
 
+class JSONLKeys(Section):
+    """The keys of the tracker ``jsonl``: the file it appends to."""
+
+    file: str
+
+
+class JSONLines(Tracker):
+    """A user's tracker: one JSON line per logged evaluation, and the status at the end."""
+
+    def start(self, start):
+        self.path = Path(self.keys.file)
+        return None
+
+    def _write(self, row):
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def log(self, step, values):
+        self._write({"step": step, **values})
+
+    def finish(self, status):
+        self._write({"status": status})
+
+
+def test_a_users_tracker_is_a_component_registered_and_shown_as_any_other(tmp_path, capsys):
+    from asyncfl.cli.main import main
+
+    register(Component("tracker", "jsonl", JSONLines, JSONLKeys, summary="JSON lines"))
+    try:
+        log, out = tmp_path / "log.jsonl", tmp_path / "run"
+        s = scenario(["jsonl"], {"jsonl": {"file": str(log)}})
+        (component,) = s.listed("tracker")  # run.trackers is a list of components, each with its own keys
+        assert component.name == "jsonl" and component.own_config(s.run) == JSONLKeys(file=str(log))
+        with pytest.raises(ScenarioError, match=r"run.tracker.jsonl.file: required key is missing"):
+            scenario(["jsonl"])
+        run_to_dir_blocking(s, out)
+        *points, end = [json.loads(line) for line in log.read_text().splitlines()]
+        evals = evaluations(out)
+        assert [p["step"] for p in points] == sorted(evals) and end == {"status": "completed"}
+        assert all(p["loss"] == pytest.approx(float(evals[p["step"]]["loss"]), rel=1e-12) for p in points)
+        (tmp_path / "s.toml").write_text(s.to_toml())
+        assert main(["validate", str(tmp_path / "s.toml")]) == 0
+        assert "#   run.trackers = 'jsonl': module test_trackers" in capsys.readouterr().out
+    finally:
+        unregister("tracker", "jsonl")
+    with pytest.raises(ValueError, match="tracker 'linked': a tracker is one of a list .run.trackers. and cannot link others"):
+        Component("tracker", "linked", JSONLines, JSONLKeys, TrackerTraits(links="file"))
+
+
 def test_trackers_are_checked_before_anything_is_written(tmp_path, allowed):
     with pytest.raises(ScenarioError) as exc:
         scenario(["mlfow"], {"mlflow": {"tracking_uri": "x"}})
     assert exc.value.problems == [
-        "run.trackers = 'mlfow': unknown tracker; did you mean 'mlflow'? Allowed: tensorboard, mlflow, wandb (or 'package.module:attribute')",
+        "run.trackers = 'mlfow': unknown tracker (a registered name, or 'package.module:attribute' naming an "
+        "asyncfl.Component of a module you allow); did you mean 'mlflow'? Allowed: tensorboard, mlflow, wandb",
         "run.tracker.mlflow: keys of a tracker run.trackers does not name (mlfow)"]
     with pytest.raises(ScenarioError, match=r"run.tracker.wandb.mode = 'cloud'"):
         scenario(["wandb"], {"wandb": {"mode": "cloud"}})
+    with pytest.raises(ScenarioError, match=r"run.tracker.mlflow.experimnt: unknown key; did you mean 'experiment'"):
+        scenario(["mlflow"], {"mlflow": {"experimnt": "x"}})
+    with pytest.raises(ScenarioError, match=r"run.tracker.tensorboard: tracker 'tensorboard' takes no keys"):
+        scenario(["tensorboard"], {"tensorboard": {"dir": "x"}})
+    with pytest.raises(ScenarioError, match=r"'mlflow' named more than once"):
+        scenario(["mlflow", "mlflow"])
     with pytest.raises(ScenarioError, match="names code in the module 'os', which asyncfl does not import unless you allow it"):
-        run_to_dir_blocking(scenario(["os:abort"]), tmp_path / "run")  # a scenario runs no code the user did not allow
+        scenario(["os:abort"])  # a scenario runs no code the user did not allow
     allowed("conftest")
-    with pytest.raises(ScenarioError, match="not a subclass of asyncfl.run.tracking.Tracker"):
-        run_to_dir_blocking(scenario(["conftest:make_raw"]), tmp_path / "run")
+    with pytest.raises(ScenarioError, match="names a function, not an asyncfl.Component"):
+        scenario(["conftest:make_raw"])
+    allowed("test_trackers")
+    with pytest.raises(ScenarioError, match="names a type, not an asyncfl.Component"):
+        scenario(["test_trackers:Exploding"])  # the class is the builder; the component is what a scenario names
     assert not (tmp_path / "run").exists()
 
 

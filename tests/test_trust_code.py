@@ -319,6 +319,7 @@ def test_reading_a_run_directory_that_names_a_module_imports_nothing(lab: Path, 
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_compare_of_a_run_naming_builtins_exit_exits_2(tmp_path: Path) -> None:
     out = tmp_path / "run"
     run_to_dir_blocking(make_scenario(), out)

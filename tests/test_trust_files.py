@@ -149,6 +149,7 @@ def test_sweep_overwrite_refuses_a_record_naming_a_directory_outside_out(scenari
     assert snapshot(sentinel) == outside and snapshot(out) == inside
 
 
+@pytest.mark.slow
 def test_review_overwrite_refuses_a_record_naming_a_directory_outside_out(tmp_path, sentinel):
     out = crafted(tmp_path / "received", "ma-review", [str(sentinel)])
     (out / "results.csv").write_text("task\n")
@@ -331,6 +332,7 @@ def test_a_spec_that_is_not_utf8_text_or_is_huge_is_refused_by_name(tmp_path, ca
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_a_device_or_a_pipe_as_the_spec_is_refused_without_reading_it(tmp_path):
     """In a subprocess with a timeout: reading /dev/zero or a FIFO without a writer never ends."""
     fifo = tmp_path / "spec.toml"

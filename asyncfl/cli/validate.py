@@ -16,6 +16,7 @@ from asyncfl.cli.console import say, warn
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.cli.scenario_input import scenario_from_args
 from asyncfl.config.memory import check_memory, record_warning
+from asyncfl.run.tracker_names import named
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -32,7 +33,7 @@ def origins(scenario: Any) -> str:
     """``# server.rule = "clipped-momentum": package asyncfl-example-plugin 0.1.0 (…)``, one
     comment line per component the scenario uses."""
     lines = ["# the components of this scenario and where each came from:"]
-    for component in scenario.components().values():
+    for component in (*scenario.components().values(), *named(scenario)):
         where = component.origin.describe() if component.origin is not None else "registered from Python"
         lines.append(f"#   {component.kind_info.field} = {component.name!r}: {where}")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from typing import Any
 from asyncfl.components.core import Component
 from asyncfl.components.traits import (
     AlgorithmTraits, AvailabilityTraits, ExecutorTraits, LatencyTraits, MemoryPart, MemoryShape, ProtocolTraits, RuleTraits,
-    NoiseTraits, SamplingTraits, SolverTraits, TaskTraits,
+    NoiseTraits, SamplingTraits, SolverTraits, TaskTraits, TrackerTraits,
 )
 from asyncfl.config import checks
 from asyncfl.config import datasets as ds
@@ -23,6 +23,7 @@ from asyncfl.config import tasks as tk
 from asyncfl.config.client import AdamSolverConfig, ClipHookConfig, LinearisedSolverConfig, SGDSolverConfig, TopKHookConfig
 from asyncfl.config.population import DiurnalConfig, TraceAvailabilityConfig
 from asyncfl.config.privacy import BandedNoiseConfig, BLTNoiseConfig, ParticipationCapConfig, RandomAllocationConfig
+from asyncfl.config.trackers import MLflowKeys, WandbKeys
 from asyncfl.config.server import (
     AdamConfig, ChainConfig, ClipConfig, DelayScaleConfig, FADASConfig, FedBuffConfig, FedDRConfig, FedPDConfig, MAFullConfig, MALightConfig,
     MomentumConfig, SyncConfig,
@@ -294,4 +295,14 @@ COMPONENTS: tuple[Component, ...] = (
                           memory=_noise_memory(lambda cfg: cfg.noise_buffers)),
               state=("asyncfl.privacy.factorization:NoiseState",),
               summary="correlated noise of a buffered-linear-Toeplitz strategy (noise_buffers), optimised for noise_workload"),
+
+    # -- experiment trackers (docs/run-directory.md §15): run.trackers lists them, each one's keys
+    # in run.tracker.NAME
+    Component("tracker", "tensorboard", "asyncfl.run.tensorboard:TensorBoardTracker", None,
+              TrackerTraits(rewrites_on_resume=True),
+              summary="TensorBoard event files in RUN_DIR/tensorboard (asyncfl[tensorboard])"),
+    Component("tracker", "mlflow", "asyncfl.run.external_trackers:MLflowTracker", MLflowKeys,
+              summary="an MLflow store: a file or database backend, or a server (asyncfl[mlflow])"),
+    Component("tracker", "wandb", "asyncfl.run.external_trackers:WandbTracker", WandbKeys,
+              summary="Weights & Biases, offline by default (asyncfl[wandb])"),
 )

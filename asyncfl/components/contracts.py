@@ -197,6 +197,32 @@ class NoiseMechanism(Protocol):
     """A noise strategy (``asyncfl.privacy.factorization.Strategy``; docs/privacy.md §12)."""
 
 
+@runtime_checkable
+class Tracker(Protocol):
+    """An experiment tracker (docs/run-directory.md §15): told when the run starts (``start``
+    returns its run id, reopened on resume), given each evaluation's values against the server
+    step (``log``; ``on_event`` sees the whole event), asked the last step it holds, given the
+    run's files as artefacts and its status at the end; a sweep's parent run is
+    ``open_parent``/``close_parent``. ``asyncfl.Tracker`` implements every method as a no-op:
+    subclass it and override what you log."""
+
+    def start(self, start: Any) -> str | None: ...
+
+    def log(self, step: int, values: dict[str, float]) -> None: ...
+
+    def on_event(self, sim: Any, event: Any) -> None: ...
+
+    def last_step(self) -> int | None: ...
+
+    def artefact(self, path: Any) -> None: ...
+
+    def finish(self, status: str) -> None: ...
+
+    def open_parent(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None: ...
+
+    def close_parent(self, parent: dict[str, Any]) -> None: ...
+
+
 def returns(product: Any) -> Callable[[Any, Any], Any]:
     """The builder of a product that needs neither config nor context (a stateless solver, an
     accountant function): ``build(cfg, ctx) -> product``."""

@@ -41,7 +41,10 @@ class Kind:
     """One kind of plug-in and the scenario key that selects it.
 
     ``section.key`` names the component (``server.rule``), ``default`` when the key is absent.
-    ``whole_section``: the component's config class is the whole section (a tagged section:
+    ``keys_table`` makes the kind *list-valued*: ``section.key`` is a list of names (``run.trackers
+    = ["mlflow", "wandb"]``, none when absent), and each named component's own keys sit in its
+    own table ``section.keys_table.NAME`` (``[run.tracker.mlflow]``), not in the section, so two
+    named components never share a key. ``whole_section``: the component's config class is the whole section (a tagged section:
     ``[task]``, ``[latency]``); otherwise its keys join the section's own keys (the rule's
     ``beta`` sits in ``[server]``). Every builder has one shape, ``build(cfg, ctx) -> product``
     (:mod:`asyncfl.components.contracts`): ``product`` is the public protocol of what it returns
@@ -52,15 +55,21 @@ class Kind:
     label: str
     section: str
     key: str
-    default: str
+    default: Any
     traits: type[tr.Traits]
     whole_section: bool = False
     product: type = object
     context: str = "BuildContext"
+    keys_table: str | None = None
 
     @property
     def field(self) -> str:
         return f"{self.section}.{self.key}"
+
+    @property
+    def many(self) -> bool:
+        """A list-valued kind (``keys_table``): a scenario names any number of its components."""
+        return self.keys_table is not None
 
     @property
     def builds(self) -> str:
@@ -89,6 +98,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          ct.CountsPostprocessor),
     Kind("noise", "noise mechanism", "privacy", "noise", "iid", tr.NoiseTraits, False, ct.NoiseMechanism,
          "NoiseContext"),
+    Kind("tracker", "tracker", "run", "trackers", (), tr.TrackerTraits, False, ct.Tracker, keys_table="tracker"),
 )}
 """Every kind of component, by name (docs/extending.md §2 lists what each builder gets)."""
 
@@ -150,6 +160,8 @@ class Component:
             object.__setattr__(self, "traits", kind.traits())
         elif not isinstance(self.traits, kind.traits):
             raise ValueError(f"{kind.label} {self.name!r}: traits must be a {kind.traits.__name__}")
+        if kind.many and self.traits.links is not None:
+            raise ValueError(f"{kind.label} {self.name!r}: a {kind.label} is one of a list ({kind.field}) and cannot link others")
         if kind.whole_section and self.config is None:
             raise ValueError(f"{kind.label} {self.name!r}: a {kind.label} owns its whole [{kind.section}] section: give its config class")
         if self.config is not None:
@@ -194,11 +206,15 @@ class Component:
         return tuple(_resolve(t) if isinstance(t, str) else t for t in self.state)
 
     def own_config(self, section: Any) -> Any:
-        """This component's config, taken from the scenario section that holds its keys. A
+        """This component's config, taken from the scenario section that holds its keys (a
+        list-valued kind's component: from its own table in it, ``run.tracker.mlflow``). A
         linked composite's config holds its own keys and every link's, and names the links
         (``cfg.links``), so its builder builds each link from ``link.own_config(cfg)``."""
         if self.config is None:
             return None
+        table = self.kind_info.keys_table
+        if table is not None:  # a list-valued kind: its own table, section.keys_table.NAME
+            return self.config.model_validate((getattr(section, table, None) or {}).get(self.name, {}))
         if type(section) is self.config:  # a whole section (task, latency); a composed one only derives from it
             return section
         cls = _linked_config(self.config, self.links) if self.links else self.config

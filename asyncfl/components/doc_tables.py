@@ -37,6 +37,7 @@ WHERE: dict[str, str] = {
     "accountant": "[privacy](privacy.md) §4",
     "counts": "[privacy](privacy.md) §3",
     "noise": "[privacy](privacy.md) §12",
+    "tracker": "[run directory](run-directory.md) §15, [extending](extending.md) §9",
 }
 
 BASE_TRAITS = tuple(f.name for f in dataclasses.fields(Traits))
@@ -47,6 +48,8 @@ def _cell(text: str) -> str:
 
 
 def _key(kind: Kind) -> str:
+    if kind.many:
+        return f"`{kind.field}` (a list; keys in `{kind.section}.{kind.keys_table}.NAME`)"
     return f"`{kind.field}`" + (f" (whole `[{kind.section}]`)" if kind.whole_section else "")
 
 

@@ -222,6 +222,16 @@ class CountsTraits(Traits):
 
 
 @dataclass(frozen=True)
+class TrackerTraits(Traits):
+    """``rewrites_on_resume``: the tracker itself drops what a killed run logged after its last
+    checkpoint (TensorBoard rewrites its event files), so a resumed run logs every evaluation
+    after the checkpoint again; otherwise it skips those the tracker already holds
+    (docs/run-directory.md §15)."""
+
+    rewrites_on_resume: bool = False
+
+
+@dataclass(frozen=True)
 class PlainTraits(Traits):
     """Kinds whose components have nothing to declare beyond the base (accountants, update
     hooks)."""

@@ -20,6 +20,7 @@ SAMPLINGS: KindTable = table("sampling")
 ACCOUNTANTS: KindTable = table("accountant")
 COUNT_MODES: KindTable = table("counts")
 NOISES: KindTable = table("noise")
+TRACKERS: KindTable = table("tracker")
 
 REGISTRIES: tuple[KindTable, ...] = tuple(table(kind) for kind in KINDS)
 """Every kind's table, for tools that list what exists."""

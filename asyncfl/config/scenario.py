@@ -38,7 +38,6 @@ from asyncfl.config.sections import ClientConfig, PopulationConfig, PrivacyConfi
 from asyncfl.config.server import MAX_LINKS
 from asyncfl.config.tasks import TaskConfig
 from asyncfl.compute.batching import batched_problems
-from asyncfl.config.trackers import problems as tracker_problems
 from asyncfl.errors import ScenarioError
 
 __all__ = [
@@ -68,9 +67,13 @@ TAGGED: dict[str, Kind] = {kind.section: kind for kind in KINDS.values() if kind
 """Sections that one component owns whole, selected by a tag key (``[task] name``, ``[latency] dist``)."""
 
 SELECTORS: dict[str, tuple[Kind, ...]] = {
-    section: tuple(k for k in KINDS.values() if k.section == section and not k.whole_section) for section in SECTIONS
+    section: tuple(k for k in KINDS.values() if k.section == section and not k.whole_section and not k.many)
+    for section in SECTIONS
 }
-"""Per base section, the kinds of component it names (``[server]``: protocol, algorithm, rule)."""
+"""Per base section, the kinds of component it names one of (``[server]``: protocol, algorithm, rule)."""
+
+LISTS: tuple[Kind, ...] = tuple(k for k in KINDS.values() if k.many)
+"""The list-valued kinds (``run.trackers``): their components' keys sit in tables of their own."""
 
 TOP_LEVEL = ("name", "seed")
 ORDER = ("population", "latency", "task", "client", "server", "run", "privacy")
@@ -94,8 +97,11 @@ class Scenario:
 
     def component(self, kind: str) -> Component:
         """The component of ``kind`` this scenario names (``sc.component("rule")``); a composite
-        (the rule ``chain``) linked to the components its section lists (``server.chain``)."""
+        (the rule ``chain``) linked to the components its section lists (``server.chain``). A
+        list-valued kind's are :meth:`listed`."""
         info = KINDS[kind]
+        if info.many:
+            raise ValueError(f"{info.field} names a list of {info.label}s: ask scenario.listed({kind!r})")
         section = getattr(self, info.section)
         found = REGISTRY.get(kind, getattr(section, info.key))
         key = found.traits.links
@@ -107,8 +113,18 @@ class Scenario:
         return self.component(kind).own_config(getattr(self, info.section))
 
     def components(self) -> dict[str, Component]:
-        """Every component this scenario names, by kind."""
-        return {kind: self.component(kind) for kind in KINDS}
+        """The component this scenario names of every kind that names one, by kind: the parts of
+        the run (list-valued kinds, the trackers, are :meth:`listed`)."""
+        return {kind: self.component(kind) for kind, info in KINDS.items() if not info.many}
+
+    def listed(self, kind: str) -> tuple[Component, ...]:
+        """The components of a list-valued kind this scenario names, in order
+        (``sc.listed("tracker")``: ``run.trackers``); each one's own config is
+        ``component.own_config(section)`` (from its table ``run.tracker.NAME``)."""
+        info = KINDS[kind]
+        if not info.many:
+            return (self.component(kind),)
+        return tuple(REGISTRY.get(kind, name) for name in getattr(getattr(self, info.section), info.key) or ())
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "seed": self.seed}
@@ -550,12 +566,57 @@ def _cross_check(sc: Scenario) -> Scenario:
         per_step = sc.server.buffer if parts["protocol"].traits.stale else getattr(sc.server, in_flight_key)
         errors.extend(_work_problems(sc, per_step))
     errors.extend(_privacy_problems(sc))
-    errors.extend(tracker_problems(sc.run.trackers or [], sc.run.tracker))
+    errors.extend(_list_problems(sc))
     if sc.run.stop is not None and sc.run.stop.epsilon is not None and not sc.privacy.enabled:
         errors.append(f"run.stop.epsilon = {sc.run.stop.epsilon:g}: an ε budget needs privacy.enabled = true")
     if errors:
         raise ScenarioError(list(dict.fromkeys(errors)))
     return sc
+
+
+def _list_problems(sc: Scenario) -> list[str]:
+    """The names of every list-valued kind and their own tables (``run.trackers``,
+    ``run.tracker.NAME``), each problem naming the field: a name that is not registered (nor an
+    allowed ``"module:attribute"``), a name twice, a table of a component not named, and each
+    named component's table (absent: empty) as its config class refuses it (any key, for a
+    component without keys); then each named component's own ``check``."""
+    out: list[str] = []
+    for kind in LISTS:
+        section = getattr(sc, kind.section)
+        names, found = list(getattr(section, kind.key) or ()), {}
+        for name in names:
+            try:
+                found[name] = REGISTRY.find(kind.name, name)
+            except UnknownComponent as exc:
+                out.append(str(exc))
+                continue
+            if found[name] is None:
+                out.append(REGISTRY.unknown(kind.name, name))
+        twice = [n for n in dict.fromkeys(names) if names.count(n) > 1]
+        if twice:
+            out.append(f"{kind.field} = {_fmt(names)}: {', '.join(map(repr, twice))} named more than once; each "
+                       f"{kind.label} is named once")
+        where, tables = f"{kind.section}.{kind.keys_table}", getattr(section, str(kind.keys_table)) or {}
+        for name in tables:
+            if name not in names:
+                out.append(f"{where}.{name}: keys of a {kind.label} {kind.field} does not name ({', '.join(names) or 'none'})")
+        for name, component in found.items():
+            table = tables.get(name, {})
+            if component is None or (component.config is None and not table):
+                continue
+            if component.config is None:
+                out.append(f"{where}.{name}: {kind.label} {name!r} takes no keys")
+                continue
+            try:
+                component.config.model_validate(table)
+            except ValidationError as exc:
+                fields = list(component.config.model_fields)
+                out.extend(describe_errors(exc, lambda loc, n=name: ".".join(str(p) for p in (where, n, *loc)),
+                                           lambda loc, f=fields: f))
+        for component in found.values():
+            if component is not None and component.traits.check is not None:
+                out.extend(component.traits.check(sc))
+    return out
 
 
 def file_keys(raw: Mapping[str, Any]) -> list[tuple[str, str]]:

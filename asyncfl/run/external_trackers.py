@@ -1,5 +1,6 @@
 """The MLflow and Weights & Biases trackers (``run.trackers = ["mlflow"]``, ``["wandb"]``;
-docs/run-directory.md §15). Their packages are optional (``asyncfl[mlflow]``, ``asyncfl[wandb]``)
+docs/run-directory.md §15): the builders of the components ``mlflow`` and ``wandb``, whose keys
+are :mod:`asyncfl.config.trackers`'s. Their packages are optional (``asyncfl[mlflow]``, ``asyncfl[wandb]``)
 and imported only when a run names them."""
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ class MLflowTracker(Tracker):
     A ``file:`` store is MLflow's file backend, which MLflow 3 keeps only on request
     (``MLFLOW_ALLOW_FILE_STORE``, set here for such a URI)."""
 
-    def __init__(self, keys: Any) -> None:
-        super().__init__(keys)
+    def __init__(self, cfg: Any, ctx: Any = None) -> None:
+        super().__init__(cfg, ctx)
         mlflow = _mlflow()
-        uri = keys.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+        uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
         if uri is None or uri.startswith("file:") or "://" not in uri:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = mlflow.tracking.MlflowClient(tracking_uri=uri)
@@ -102,8 +103,8 @@ class WandbTracker(Tracker):
     A resumed run reopens the same id (``resume="allow"``); offline, W&B writes the continuation
     to a new folder of the same id, which ``wandb sync`` merges."""
 
-    def __init__(self, keys: Any) -> None:
-        super().__init__(keys)
+    def __init__(self, cfg: Any, ctx: Any = None) -> None:
+        super().__init__(cfg, ctx)
         self.wandb = _wandb()
         self.run: Any = None
 

@@ -38,7 +38,6 @@ import math
 import os
 import re
 import shutil
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -51,6 +50,7 @@ from asyncfl.version import __version__
 from asyncfl.config.files import MAX_JSON_BYTES, open_limited, read_limited
 from asyncfl.errors import RunDirError
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, UpdateRow
+from asyncfl.run.atomic import WriteError, atomic_write, write_error  # noqa: F401 - part of this module's API
 from asyncfl.run.counts_file import RowStream, counts_members, write_npz
 from asyncfl.staleness_counts import StalenessCounts
 
@@ -89,45 +89,10 @@ def is_temporary(name: str) -> bool:
     return _TEMPORARY.fullmatch(name) is not None
 
 
-class WriteError(RunDirError):
-    """A file of the run directory could not be written (a full disk, a quota, permissions)."""
-
-
-def write_error(path: Path, exc: OSError) -> WriteError:
-    """A failed write as one message with the system's reason (``No space left on device``)."""
-    return WriteError(f"cannot write {path}: {exc.strerror or exc.__class__.__name__}")
-
-
 #: privacy.csv (docs/run-directory.md §6): one row per evaluation step of a private run
 PRIVACY_FIELDS = ("step", "participations_max", "compositions", "epsilon", "epsilon_client_max", "delta")
 #: privacy_clients.csv (docs/privacy.md §11): one row per client of a private run
 PRIVACY_CLIENT_FIELDS = ("client", "participations", "epsilon", "mu")
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same directory, fsync, then rename over ``path``.
-    A failure (a full disk, a quota) leaves ``path`` as it was and raises :func:`write_error`'s
-    RunDirError."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make run files private to their writer
-    tmp_path = Path(tmp)
-    try:
-        write(tmp_path)
-        with open(tmp_path, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp_path, path)
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
 
 
 def write_bytes(path: Path, data: bytes) -> None:

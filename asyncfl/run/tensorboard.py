@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from asyncfl.errors import ScenarioError
-from asyncfl.run.rundir import atomic_write
+from asyncfl.run.atomic import atomic_write
 from asyncfl.records import StepEvent
 from asyncfl.run.tracker_base import Start, Tracker
 
@@ -120,13 +120,12 @@ def drop_after(folder: Path, step: int) -> None:
 
 
 class TensorBoardTracker(Tracker):
-    """``run.trackers = ["tensorboard"]`` (or ``run.tensorboard = true``): :class:`TensorBoardLog`
-    as a tracker (asyncfl.run.tracking); it rewrites its own event files on resume."""
+    """The tracker ``tensorboard`` (``run.trackers = ["tensorboard"]``, or ``run.tensorboard =
+    true``): :class:`TensorBoardLog` as a tracker (asyncfl.run.tracking); it rewrites its own
+    event files on resume (``TrackerTraits.rewrites_on_resume``)."""
 
-    rewrites_on_resume = True
-
-    def __init__(self, keys: Any = None) -> None:
-        super().__init__(keys)
+    def __init__(self, cfg: Any = None, ctx: Any = None) -> None:
+        super().__init__(cfg, ctx)
         check_available()
         self.board: TensorBoardLog | None = None
 

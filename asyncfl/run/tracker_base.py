@@ -1,6 +1,8 @@
-"""What a tracker is (docs/run-directory.md §15): the interface every tracker implements and
-what it is told when a run starts. The trackers that ship are :mod:`asyncfl.run.tensorboard`
-and :mod:`asyncfl.run.external_trackers`; :mod:`asyncfl.run.tracking` drives them."""
+"""What a tracker is (docs/run-directory.md §15): a base class implementing the tracker
+contract (:class:`asyncfl.components.contracts.Tracker`) with no-ops, and what a tracker is told
+when a run starts. A tracker is a component of kind ``tracker`` (docs/extending.md §2); the ones
+that ship are :mod:`asyncfl.run.tensorboard` and :mod:`asyncfl.run.external_trackers`, and
+:mod:`asyncfl.run.tracking` drives them. Torch-free."""
 
 from __future__ import annotations
 
@@ -26,15 +28,13 @@ class Start:
 
 
 class Tracker:
-    """The interface of a tracker (subclass it for your own: ``run.trackers =
-    ["mylab.track:MyTracker"]``; its constructor takes the tracker's own keys).
-    ``rewrites_on_resume``: the tracker itself drops what a killed run logged after its last
-    checkpoint (TensorBoard's event files), so a resume logs every step after it again."""
+    """A tracker that logs nothing: subclass it and override what yours logs. The class is its
+    component's builder, ``Tracker(cfg, ctx)``: ``cfg`` is the tracker's own keys (an instance of
+    its component's config class, from ``run.tracker.NAME``; None without keys), kept as
+    ``self.keys``; ``ctx`` the :class:`~asyncfl.components.contracts.BuildContext` (docs/extending.md §9)."""
 
-    rewrites_on_resume = False
-
-    def __init__(self, keys: Any = None) -> None:
-        self.keys = keys
+    def __init__(self, cfg: Any = None, ctx: Any = None) -> None:
+        self.keys = cfg
 
     def start(self, start: Start) -> str | None:
         """Open (or, with ``start.resume_id``, reopen) the tracker's run; return its id."""

@@ -1,5 +1,7 @@
-"""Experiment trackers: a run logged to TensorBoard, MLflow or Weights & Biases as it goes
-(``run.trackers``; docs/run-directory.md §15).
+"""Experiment trackers: a run logged to TensorBoard, MLflow, Weights & Biases or a user's tracker
+as it goes (``run.trackers``; docs/run-directory.md §15). A tracker is a component of the
+list-valued kind ``tracker`` (:mod:`asyncfl.components.builtin`; a user's registers like any
+other plug-in, docs/extending.md §9); this module builds the ones a scenario names and drives them.
 
 Every tracker gets, against the server step:
 
@@ -29,7 +31,6 @@ nests each point under the parent (``mlflow.parentRunId``), W&B groups them by t
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import math
 import os
@@ -38,23 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from asyncfl.components import allow
+from asyncfl.components import contracts as ct
+from asyncfl.components.contracts import Tracker
+from asyncfl.config.registries import TRACKERS
 from asyncfl.config.scenario import Scenario
-from asyncfl.config.trackers import KEYS, keys_of
 from asyncfl.errors import ScenarioError
 from asyncfl.privacy import epsilon_curve
 from asyncfl.records import StepEvent
 from asyncfl.run.rundir import atomic_write
-from asyncfl.run.tracker_base import Start, Tracker
+from asyncfl.run.tracker_base import Start
+from asyncfl.run.tracker_names import named
 
-#: the trackers that ship: name → (``"module:attribute"`` of the class, imported on first use; a
-#: summary). Their keys: :data:`asyncfl.config.trackers.KEYS`
-TRACKERS: dict[str, tuple[str, str]] = {
-    "tensorboard": ("asyncfl.run.tensorboard:TensorBoardTracker", "TensorBoard event files in RUN_DIR/tensorboard (asyncfl[tensorboard])"),
-    "mlflow": ("asyncfl.run.external_trackers:MLflowTracker", "an MLflow store: a file or database backend, or a server (asyncfl[mlflow])"),
-    "wandb": ("asyncfl.run.external_trackers:WandbTracker", "Weights & Biases, offline by default (asyncfl[wandb])"),
-}
-assert set(TRACKERS) == set(KEYS)
 LEDGER = "trackers.json"
 PARENT_ENV = "ASYNCFL_TRACKER_PARENT"
 #: files of a run directory logged as artefacts at the end (those that exist)
@@ -62,40 +57,20 @@ ARTEFACTS = ("summary.json", "bias.json", "components.json", "scenario.toml")
 FIGURES = (".png", ".pdf", ".svg")
 
 
-def tracker_class(name: str) -> type[Tracker]:
-    """The class of tracker ``name``: a registered one, or ``"package.module:attribute"`` for a
-    module the user allowed (:mod:`asyncfl.components.allow`, docs/extending.md §3: a scenario
-    never makes asyncfl import code the user did not choose), never while reading a run
-    directory; the attribute must be a :class:`Tracker` subclass (it is not called here)."""
-    if name in TRACKERS:  # asyncfl's own: imported from its own module
-        module, _, attribute = TRACKERS[name][0].partition(":")
-        return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
-    module, _, attribute = name.partition(":")
-    if allow.is_reading() or allow.module_name_problem(module) or not attribute:
-        raise ScenarioError([f"run.trackers = {name!r}: unknown tracker; allowed: {', '.join(TRACKERS)}, or "
-                             "'package.module:attribute' naming a Tracker class in a module you allow"])
-    if not allow.is_allowed(module):
-        raise ScenarioError([f"run.trackers = {name!r}: {allow.refusal(module)}"])
-    try:
-        obj = allow.load_attribute(module, attribute)
-    except ImportError as exc:
-        raise ScenarioError([f"run.trackers = {name!r}: {exc}"]) from None
-    if not (isinstance(obj, type) and issubclass(obj, Tracker)):
-        raise ScenarioError([f"run.trackers = {name!r}: not a subclass of asyncfl.run.tracking.Tracker"])
-    return obj
-
-
-def names_of(scenario: Scenario) -> list[str]:
-    """The trackers a scenario names (``run.tensorboard = true`` is ``"tensorboard"``)."""
-    names = list(scenario.run.trackers or [])
-    if scenario.run.tensorboard and "tensorboard" not in names:
-        names.insert(0, "tensorboard")
-    return names
-
-
 def build(scenario: Scenario) -> dict[str, Tracker]:
-    """The trackers of ``scenario``, built (their optional packages checked, before anything is written)."""
-    return {name: tracker_class(name)(keys_of(name, scenario.run.tracker)) for name in names_of(scenario)}
+    """The trackers of ``scenario``, by name, each built by its component's builder from its own
+    keys (``run.tracker.NAME``) and the run's :class:`~asyncfl.components.contracts.BuildContext`
+    — their optional packages checked, before anything is written. A builder that returns no
+    tracker (:class:`asyncfl.components.contracts.Tracker`) is a :class:`ScenarioError` naming it."""
+    ctx = ct.BuildContext(clients=scenario.population.clients, seed=scenario.seed, steps=scenario.run.steps)
+    out: dict[str, Tracker] = {}
+    for component in named(scenario):
+        tracker = component.make(component.own_config(scenario.run), ctx)
+        if not isinstance(tracker, ct.Tracker):
+            raise ScenarioError([f"run.trackers = {component.name!r}: its builder returned a {type(tracker).__name__}, "
+                                 "not a tracker (subclass asyncfl.Tracker; docs/extending.md §9)"])
+        out[component.name] = tracker
+    return out
 
 
 def flat_params(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -161,7 +136,7 @@ class TrackerSet:
             if name in self.failed:
                 continue
             known = self._call(name, tracker.last_step)
-            self.skip[name] = -1 if tracker.rewrites_on_resume else max(int(mine.get("last_step", -1)), -1 if known is None else int(known))
+            self.skip[name] = -1 if TRACKERS.traits(name).rewrites_on_resume else max(int(mine.get("last_step", -1)), -1 if known is None else int(known))
             self.ledger[name] = {"run_id": run_id, "last_step": self.skip[name]}
         self._save()
         return self
