@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ from asyncfl.clients.fleet import Fleet, draw_speeds
 from asyncfl.clients.profiles import ClientProfiles, sample_counts
 from asyncfl.components.contracts import BuildContext
 from asyncfl.compute import device as devices
-from asyncfl.compute.batching import BatchedChoice, batched_problems, choose_batched
+from asyncfl.config.batching import BatchedChoice, batched_problems, choose_batched
 from asyncfl.compute.executors import Executor, ExecutorContext, TaskRecipe
 from asyncfl.compute.solvers import LocalSolver
 from asyncfl.compute.training import LocalJob
@@ -47,12 +47,11 @@ from asyncfl.server.aggregation import Aggregator, ExactAggregator
 from asyncfl.server.algorithms import Algorithm, AlgorithmContext
 from asyncfl.server.rules import ServerRule
 from asyncfl.records import Sink
+from asyncfl import privacy  # cheap: scipy and dp-accounting load where accounting first needs them
+from asyncfl.privacy.dispatch import ledger_terms
 from asyncfl.sim.engine import Simulation
 from asyncfl.sim.parts import ParticipationRule, Parts, RunSettings
 from asyncfl.tasks.base import Task
-
-if TYPE_CHECKING:  # the privacy package (scipy, dp-accounting) is imported by private runs only: start-up
-    from asyncfl import privacy
 
 #: the parts :func:`compose` accepts as overrides
 OVERRIDES = ("task", "fleet", "availability", "algorithm", "executor")
@@ -104,8 +103,6 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
 
 def _private_participation(setup: privacy.PrivacySetup, seed: int) -> ParticipationRule:
     """The participation ledger of a private run (its cap, separation and allotment)."""
-    from asyncfl.privacy.dispatch import ledger_terms
-
     return ParticipationRule(*ledger_terms(setup, seed))
 
 
@@ -153,7 +150,7 @@ def settings(scenario: Scenario) -> RunSettings:
 
 def batched_choice(scenario: Scenario) -> BatchedChoice:
     """Batched or job by job for ``scenario`` (``run.batched``; ``"auto"`` resolved from the
-    executor's, the solver's and the task's traits by :func:`asyncfl.compute.batching.choose_batched`)."""
+    executor's, the solver's and the task's traits by :func:`asyncfl.config.batching.choose_batched`)."""
     return choose_batched(scenario.run.batched, scenario.component("executor").traits,
                           scenario.component("solver").traits, scenario.component("task").traits)
 
@@ -171,8 +168,6 @@ def num_staleness(scenario: Scenario) -> int | None:
 def private_aggregator(scenario: Scenario, dim: int | None = None) -> tuple[privacy.PrivacySetup, Aggregator]:
     """``(PrivacySetup, PrivateAggregator)`` of a ``[privacy]`` run (σ calibrated and a correlated
     noise strategy optimised here; ``dim``: the upload's length, sizing the noise buffers)."""
-    from asyncfl import privacy
-
     server = scenario.server
     return privacy.build_privacy(
         scenario.privacy, server.buffer, scenario.population.clients, scenario.run.steps,

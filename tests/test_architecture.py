@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"errors", "version", "registry", "rng", "records", "staleness_counts", "tensor_checks", "__init__"},
     {"config"},  # the sections and their values, the components' own keys and checks (below the components)
     {"components"},  # Kind, Component, the registry, traits, contracts, the built-ins
-    {"config.scenario", "config.registries", "config.memory"},  # the composed scenario (above the components)
+    {"config.scenario", "config.registries", "config.memory", "config.batching"},  # the composed scenario (above the components)
     {"datasets"},
     {"tasks", "compute"},
     {"server", "clients", "privacy"},

@@ -1,6 +1,6 @@
 """``run.batched = "auto"`` (the default): batched training only where the executor, the solver and
 the task allow it with the same bits as job by job, decided once from their declared traits
-(asyncfl/compute/batching.py, docs/guide.md "Batched training")."""
+(asyncfl/config/batching.py, docs/guide.md "Batched training")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from asyncfl.components.core import Component
 from asyncfl.components.registry import register, unregister
 from asyncfl.components.traits import ExecutorTraits, SolverTraits, TaskTraits
-from asyncfl.compute.batching import choose_batched
+from asyncfl.config.batching import choose_batched
 from asyncfl.config.tasks import QuadraticTask
 from asyncfl.errors import ScenarioError
 from asyncfl.run.runner import run_to_dir_blocking

@@ -75,7 +75,7 @@ class TaskTraits(Traits):
     """``closed_form_prox``: the task offers ``prox_{f_k,μ}`` in closed form (``Task.quadratic``),
     so a solver that needs it (``exact``) may run on it; ``batched_exact``: its batched training
     gives the same bits as job by job, so ``run.batched = "auto"`` may batch it
-    (:func:`asyncfl.compute.batching.choose_batched`)."""
+    (:func:`asyncfl.config.batching.choose_batched`)."""
 
     closed_form_prox: bool = False
     batched_exact: bool = False

@@ -37,7 +37,7 @@ from asyncfl.components.registry import REGISTRY, UnknownComponent
 from asyncfl.config.sections import ClientConfig, PopulationConfig, PrivacyConfig, RunConfig, ServerConfig
 from asyncfl.config.server import MAX_LINKS
 from asyncfl.config.tasks import TaskConfig
-from asyncfl.compute.batching import batched_problems
+from asyncfl.config.batching import batched_problems
 from asyncfl.errors import ScenarioError
 
 __all__ = [

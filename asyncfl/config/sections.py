@@ -100,7 +100,7 @@ class RunConfig(Section):
     workers: Annotated[int, Field(ge=1, le=4096)] = 1
     # train clients of one model version together (torch.func.vmap): true, false, or "auto" —
     # batched where the executor, the solver and the task allow it with the same bits as job by job
-    # (asyncfl.compute.batching.choose_batched)
+    # (asyncfl.config.batching.choose_batched)
     batched: Batched = "auto"
     # where the model, the data, training and the server compute (asyncfl.compute.device):
     # "cpu", "cuda", "cuda:N", "mps" or "auto" (cuda, else mps, else cpu); docs/guide.md §7

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from asyncfl.compute.batching import BatchedChoice
+from asyncfl.config.batching import BatchedChoice
 
 if TYPE_CHECKING:
     from asyncfl.clients.fleet import Fleet
