@@ -67,7 +67,7 @@ def readme_commands(page: str = "README.md") -> list[str]:
 def test_the_readme_shows_commands():
     commands = readme_commands()
     assert any(c.startswith("asyncfl run scenarios/quickstart.toml") for c in commands)
-    assert 'python -m pytest -q -m "not slow"' in commands  # the contributors' fast subset
+    assert 'python -m pytest -q -m "not slow" -n 2' in commands  # the contributors' fast subset, on both cores
     guide = readme_commands("docs/guide.md")
     known = ("asyncfl ", PRIVACY, REVIEW, *NOT_RUN)
     for page in PAGES:
