@@ -28,6 +28,7 @@ import pytest
 import tomli_w
 
 import asyncfl
+import asyncfl.cli.console as console_module
 from analysis.ma_review.__main__ import main as study_main
 from analysis.privacy_sweep.__main__ import main as privacy_main
 from asyncfl.cli.main import main
@@ -233,7 +234,10 @@ def test_4_kill_9_of_one_pool_worker_fails_only_its_run_and_the_sweep_exits_non_
 # ---------------------------------------------------------------------------------------------
 # 5. failures that say nothing
 @pytest.mark.slow
-def test_5_a_sweep_whose_run_diverged_exits_3_and_says_which(scenario_file, tmp_path, capsys):
+def test_5_a_sweep_whose_run_diverged_exits_3_and_says_which(scenario_file, tmp_path, capsys, monkeypatch):
+    # the table as wide as a file or a pipe gets it: where COLUMNS is set (pytest-xdist's workers inherit it), rich
+    # would wrap the message at that width
+    monkeypatch.setattr(console_module.console, "width", console_module.NOT_A_TERMINAL_WIDTH)
     code, out, err = cli(capsys, "sweep", scenario_file, "--grid", "server.lr=0.3,1e4", "--set", "server.rule=sgd",
                          "--set", "run.divergence_loss=1e6", "--set", "run.eval_every=1", "--out", tmp_path / "s", "--workers", "1")
     assert code == 3 and "diverged: lr=10000__seed=3: the model diverged" in err
