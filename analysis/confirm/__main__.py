@@ -19,16 +19,15 @@ import sys
 from pathlib import Path
 
 from asyncfl.cli.commands import placement_args, quiet_arg
-from asyncfl.cli.console import RunsDisplay, say, warn
-from asyncfl.cli.exit_codes import EXIT_OK, of_runs
+from asyncfl.cli.console import say
+from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.cli.main import run_script
 from asyncfl.errors import UsageError
-from asyncfl.run.parallel import Progress, RunOutcome, make_backend
 from analysis.confirm.plan import PLAN, load_plan
 from analysis.confirm.record import claim_design
 from analysis.confirm.report import write_report
 from analysis.ma_review.design import load_review
-from analysis.ma_review.run import run_review
+from analysis.ma_review.__main__ import run_with_progress
 
 COMMAND = "python -m analysis.confirm"
 
@@ -77,27 +76,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     study = load_review(spec)
     out = Path(args.out)
     record = claim_design(out, loaded, design.id, exploratory=args.exploratory)
-    display = RunsDisplay(design.id, quiet=args.quiet)
-    backend = make_backend(args.workers, args.ray)
-
-    def on_run(outcome: RunOutcome, progress: Progress) -> None:
-        if progress.done == 1:
-            if display.total:
-                display.extend(display.total + progress.total)
-            else:
-                display.start(progress.total, backend.slots)
-        display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
-
-    try:
-        result = run_review(study, out, progress=on_run, backend=backend, extend=True, on_claimed=record)
-    finally:
-        display.close()
-        backend.close()
-    evaluation = {p: st for p, st in result["statuses"].items() if p.seed in study.review.seeds}
-    for point, status in evaluation.items():
-        if status != "completed":
-            warn(f"{status}: {point.rel_dir()}: {result['messages'].get(point, 'no message')}")
-    return of_runs(list(evaluation.values()))
+    _, code = run_with_progress(design.id, study, out, args, extend=True, on_claimed=record)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

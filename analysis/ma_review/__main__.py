@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from asyncfl.cli.commands import placement_args, quiet_arg
 from asyncfl.cli.console import RunsDisplay, say, warn
@@ -18,7 +19,7 @@ from asyncfl.cli.exit_codes import EXIT_OK, of_runs
 from asyncfl.cli.main import run_script
 from asyncfl.errors import UsageError
 from asyncfl.run.parallel import Progress, RunOutcome, make_backend
-from analysis.ma_review.design import load_review
+from analysis.ma_review.design import ReviewStudy, load_review
 from analysis.ma_review.report import write_report
 from analysis.ma_review.run import COMMAND, run_review
 
@@ -47,11 +48,23 @@ def cmd_review(args: argparse.Namespace) -> int:
     if args.check:
         say(f"{args.spec}: valid review spec ({len(study.cells())} cells)")
         return EXIT_OK
-    display = RunsDisplay("review", quiet=args.quiet)
+    result, code = run_with_progress("review", study, Path(args.out), args, overwrite=args.overwrite, extend=args.extend,
+                                     collect=args.collect)
+    if not args.quiet:
+        say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'report.md'}")
+    return code
+
+
+def run_with_progress(label: str, study: ReviewStudy, out: Path, args: argparse.Namespace,
+                      **options: Any) -> tuple[dict[str, Any], int]:
+    """:func:`run_review` with a progress bar (each batch — the target, each tuning round, the
+    evaluation — announced as it starts) on ``args``' workers; warns of every evaluation run that
+    did not complete and returns the result with the exit code of the evaluation runs."""
+    display = RunsDisplay(label, quiet=args.quiet)
     backend = make_backend(args.workers, args.ray)
 
     def on_run(outcome: RunOutcome, progress: Progress) -> None:
-        if progress.done == 1:  # the first run of a batch (target, each tuning round, evaluation): announce it
+        if progress.done == 1:  # the first run of a batch: announce it
             if display.total:
                 display.extend(display.total + progress.total)
             else:
@@ -59,18 +72,15 @@ def cmd_review(args: argparse.Namespace) -> int:
         display.finished(outcome.name, outcome.status, outcome.wall, outcome.reused, progress.eta(backend.slots))
 
     try:
-        result = run_review(study, Path(args.out), progress=on_run, backend=backend, overwrite=args.overwrite, extend=args.extend,
-                            collect=args.collect)
+        result = run_review(study, out, progress=on_run, backend=backend, **options)
     finally:
         display.close()
         backend.close()
     evaluation = {p: st for p, st in result["statuses"].items() if p.seed in study.review.seeds}
-    failed = [(p, st) for p, st in evaluation.items() if st != "completed"]
-    for point, status in failed:
-        warn(f"{status}: {point.rel_dir()}: {result['messages'].get(point, 'no message')}")
-    if not args.quiet:
-        say(f"wrote {Path(args.out) / 'results.csv'} and {Path(args.out) / 'report.md'}")
-    return of_runs(list(evaluation.values()))
+    for point, status in evaluation.items():
+        if status != "completed":
+            warn(f"{status}: {point.rel_dir()}: {result['messages'].get(point, 'no message')}")
+    return result, of_runs(list(evaluation.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
