@@ -56,6 +56,9 @@ def edited(edit) -> dict:
     (lambda r: (r["privacy"][0].pop("xi_over_sigma"), r["privacy"][0].update(xi=0.01)),
      "privacy=eps2: privacy.xi = 0.01", "must exceed the noise multiplier"),
     (lambda r: r.update(name=".."), "name = '..'", "should match pattern"),
+    (lambda r: r["privacy"][0].update(noise_multiplier=1.0), "privacy[0] (eps2)", "epsilon (σ calibrated to it) or noise_multiplier"),
+    (lambda r: (r["privacy"][0].pop("epsilon"), r["privacy"][0].pop("xi_over_sigma"), r["privacy"][0].update(noise_multiplier=0.0)),
+     "privacy[0] (eps2).gamma", "required with noise_multiplier = 0"),
 ])
 def test_a_bad_spec_exits_2_naming_the_field_before_anything_runs(tmp_path, capsys, edit, field, phrase):
     spec = tmp_path / "spec.toml"
@@ -101,6 +104,20 @@ def test_a_dp_setting_carries_its_keys_and_xi_over_sigma_uses_the_sigma_the_run_
     assert sc.privacy.xi == pytest.approx(4 * sigma, rel=1e-9)
     oracle = study.scenario(Point("gaussian", "fedbuff-ma-light", 20, 0, "eps2-oracle", 0.2, 12))
     assert oracle.privacy.counts == "analysis.ma_review.oracle:ORACLE_COUNTS" and oracle.privacy.xi == sc.privacy.xi
+
+
+def test_a_clip_only_setting_gives_sigma_zero_and_no_target_epsilon():
+    """``noise_multiplier = 0`` (the clip-only ablation, docs/privacy.md §4): the run's σ is 0 as
+    given, no ε is calibrated, the clip and γ are the setting's."""
+    raw = edited(lambda r: (r["privacy"].append({"name": "cliponly", "noise_multiplier": 0.0, "gamma": 1.0, "clip": 0.5,
+                                                  "counts": "raw"}),
+                            r["cells"].append({"name": "clip", "methods": ["fedbuff-ma-light"], "k_multiples": [4],
+                                               "privacy": ["cliponly"]})))
+    study = review_from_raw(raw)
+    point = Point("gaussian", "fedbuff-ma-light", 20, 0, "cliponly", 0.2, 12)
+    sc = study.scenario(point)
+    assert sc.privacy.enabled and (sc.privacy.noise_multiplier, sc.privacy.epsilon, sc.privacy.gamma, sc.privacy.clip) == (0.0, None, 1.0, 0.5)
+    assert study.scenarios.sigma(point, 60) == 0.0
 
 
 def test_a_participation_cap_gets_the_sigma_of_its_k_releases():

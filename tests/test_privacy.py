@@ -15,6 +15,7 @@ from scipy import optimize, stats
 
 from asyncfl.server.aggregation import Aggregate, ClientUpdate, ExactAggregator, staleness_weight
 from asyncfl.errors import ScenarioError
+from asyncfl.privacy.per_client import gdp_mu
 from asyncfl.privacy import (
     PrivateAggregator,
     build_privacy,
@@ -181,6 +182,37 @@ def test_tiny_noise_matches_exact_aggregator():
     assert {"sigma", "gamma", "xi", "epsilon_spent", "delta", "accountant", "sampling", "claim", "statement",
             "sampling_rate", "max_participations", "noise_cohort"} <= set(info)
     assert info["sigma"] == 1e-9 and info["epsilon_spent"] == math.inf  # negligible noise: no guarantee
+
+
+
+def test_clip_only_is_the_weighted_sum_of_clipped_updates_with_exact_counts():
+    """``noise_multiplier = 0`` (clip only, the ablation of DP's noise): the aggregate is
+    ``r = Σ_k w(τ_k) clip(Δ_k) / C`` computed here by a loop over the updates (clip to
+    ``S_Δ = 0.5``, weights ``(1+τ)^-0.7``), the decoded counts are the true counts exactly (γ = 1:
+    ``Y/γ`` is a sum of ones), and ε and every client's μ are infinite."""
+    cfg = PrivacyConfig(enabled=True, clip=0.5, noise_multiplier=0.0, gamma=1.0, counts="raw")
+    C, N, L, p, d = 5, 20, 4, 0.7, 8
+    setup, agg = build_privacy(cfg, buffer=C, clients=N, steps=50, max_staleness=L - 1, exponent=p)
+    rng = np.random.default_rng(4)
+    for step in range(1, 6):
+        taus = rng.integers(0, L, C)
+        ups = _updates(rng, taus, d, scale=5.0, dtype=torch.float64)
+        out = agg.aggregate(step, ups, np.random.default_rng(step))
+        ref = torch.zeros(d, dtype=torch.float64)
+        for u in ups:
+            norm = float(u.message.norm())
+            ref += (1.0 + u.staleness) ** -p * u.message * min(1.0, 0.5 / norm)
+        torch.testing.assert_close(out.r.reshape(-1), ref / C, rtol=1e-12, atol=1e-15)
+        np.testing.assert_array_equal(out.raw_counts, np.bincount(taus, minlength=L))
+    info = summary(setup)
+    assert info["sigma"] == 0.0 and info["epsilon_spent"] == math.inf
+    assert gdp_mu(3, 0.0) == math.inf and gdp_mu(0, 0.0) == 0.0
+
+
+def test_clip_only_refuses_xi_and_names_gamma():
+    cfg = PrivacyConfig(enabled=True, clip=0.5, noise_multiplier=0.0, xi=4.0)
+    with pytest.raises(ScenarioError, match="privacy.gamma"):
+        build_privacy(cfg, buffer=5, clients=20, steps=50, max_staleness=3, exponent=0.5)
 
 
 # --------------------------------------------------------------------------- noise statistics

@@ -33,7 +33,7 @@ class TaskEntry(_Section):
 
 
 class PrivacyEntry(_Section):
-    """One DP setting (docs/privacy.md): (ε, δ), clip S_Δ, the sampling assumption the ε rests on
+    """One DP setting (docs/privacy.md): (ε, δ) or σ itself (``noise_multiplier``; 0 = clip only), clip S_Δ, the sampling assumption the ε rests on
     (``poisson`` or ``participation-cap`` with ``max_participations``), the noise cohort M, and
     ξ, γ or ``xi_over_sigma`` (ξ = that multiple of the run's σ, so one value fits every ε).
     ``name`` labels its runs (``runs/<task>/<name>/``) and is what a cell's ``privacy`` names;
@@ -41,6 +41,8 @@ class PrivacyEntry(_Section):
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,39}$")] = "dp"
     epsilon: Annotated[float, Field(gt=0, le=1e4)] = 2.0
+    # σ itself instead of a target ε (ε is then reported); 0 is the clip-only ablation (docs/privacy.md §4)
+    noise_multiplier: Annotated[float, Field(ge=0, le=1e6)] | None = None
     delta: Annotated[float, Field(gt=0, lt=1)] = 1e-6
     clip: Annotated[float, Field(gt=0, le=1e6)] | None = None  # None: the task scenario's privacy.clip
     xi: Annotated[float, Field(gt=0, le=1e6)] | None = None

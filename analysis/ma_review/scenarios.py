@@ -133,6 +133,8 @@ class Scenarios:
             out["privacy.noise_bands"] = p.noise_bands
         if p.clip is not None:
             out["privacy.clip"] = p.clip
+        if p.noise_multiplier is not None:  # σ given: no calibration (0: clip only)
+            out["privacy.epsilon"], out["privacy.noise_multiplier"] = None, p.noise_multiplier
         if p.xi_over_sigma is not None:
             out["privacy.xi"] = p.xi_over_sigma * self.sigma(point, clients)
         return out
@@ -143,6 +145,8 @@ class Scenarios:
         the noise cohort, the participation cap)."""
         protocol = "sync" if point.method == "sync-momentum" else "fedbuff"
         key = (point.task, point.privacy, protocol)
+        if self.privacy[point.privacy].noise_multiplier is not None:
+            return float(self.privacy[point.privacy].noise_multiplier)
         if key not in self._sigma:
             p: PrivacyEntry = self.privacy[point.privacy]
             # the [privacy] section with the sampling assumption's own keys (the cap's k)

@@ -114,7 +114,9 @@ class ReviewSpec(_Section):
             "seeds": sorted(set(self.seeds) | set(self.tuning_seeds)), "dp": dp or [False], "dp_seeds": None,
             "steps": self.steps, "eval_every": self.eval_every, "methods": self.methods(), "ma_target": self.ma_target,
             "secondary_target_fraction": None, **dumped,
-            "privacy": [p.model_dump(mode="json", by_alias=True) for p in self.privacy or [PrivacyEntry()]],
+            # keys added after the first engine enter only when given (so older folders keep their digest)
+            "privacy": [p.model_dump(mode="json", by_alias=True, exclude={"noise_multiplier"} if p.noise_multiplier is None else None)
+                        for p in self.privacy or [PrivacyEntry()]],
             "tuning": {"steps": None, "seed": 0, "dp": "tune", "widen": 0}, "pooled_steps": 0,
         }
 
@@ -218,6 +220,11 @@ def _setting_problems(spec: ReviewSpec) -> list[str]:
                 problems.append(f"privacy[{i}].tasks: {t!r} is not a task of the study ({', '.join(dict.fromkeys(tasks))})")
         if sum(x is not None for x in (p.xi, p.gamma, p.xi_over_sigma)) > 1:
             problems.append(f"privacy[{i}] ({p.name}): give at most one of xi, gamma, xi_over_sigma")
+        if p.noise_multiplier is not None and "epsilon" in p.model_fields_set:
+            problems.append(f"privacy[{i}] ({p.name}): give epsilon (σ calibrated to it) or noise_multiplier (σ itself), not both")
+        if p.noise_multiplier == 0 and p.gamma is None:
+            problems.append(f"privacy[{i}] ({p.name}).gamma: required with noise_multiplier = 0 (clip only: the counts carry "
+                            "no noise, so ξ is 0 and cannot be given)")
         if p.sampling == "participation-cap" and p.max_participations is None:
             problems.append(f"privacy[{i}] ({p.name}).max_participations: required with sampling = 'participation-cap'")
     for method in spec.methods():

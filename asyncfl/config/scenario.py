@@ -544,7 +544,10 @@ def _privacy_problems(sc: Scenario) -> list[str]:
         errors.append("privacy.xi, privacy.gamma: give exactly one (the count-noise level ξ, or the payload scale γ)")
     if p.epsilon is not None and p.epsilon > 1e4:
         errors.append(f"privacy.epsilon = {p.epsilon}: must be at most 1e4")
-    if p.noise_multiplier is not None and p.xi is not None and p.xi <= p.noise_multiplier:
+    if p.noise_multiplier == 0 and p.xi is not None:  # as build_privacy refuses it, before any run starts
+        errors.append(f"privacy.xi = {p.xi}: with privacy.noise_multiplier = 0 (clip only) the counts carry no noise; "
+                      "give privacy.gamma (the payload scale, e.g. 1.0) instead")
+    elif p.noise_multiplier is not None and p.xi is not None and p.xi <= p.noise_multiplier:
         errors.append(f"privacy.xi = {p.xi}: must exceed the noise multiplier σ = {p.noise_multiplier}")
     if p.noise_cohort is not None and p.noise_cohort < buffer:
         errors.append(f"privacy.noise_cohort = {p.noise_cohort}: must be at least server.buffer = {buffer} "

@@ -155,7 +155,7 @@ class PrivacyConfig(Section):
     clip: PosFloat = 1.0
     epsilon: PosFloat | None = None
     delta: Annotated[float, Field(gt=0, lt=1)] = 1e-6
-    noise_multiplier: PosFloat | None = None
+    noise_multiplier: NonNegFloat | None = None  # 0: clip only (no noise, ε = ∞; docs/privacy.md §4)
     xi: PosFloat | None = None
     gamma: PosFloat | None = None
     sampling: str = "poisson"

@@ -73,8 +73,8 @@ def _check_args(sigma: float | None, delta: float, releases: Releases, accountan
     if int(count) != count or count < 1:
         what = "run.steps" if q is not None else "privacy.max_participations"
         raise ScenarioError([f"{what} = {count!r}: must be a positive integer"])
-    if sigma is not None and not (sigma > 0.0 and math.isfinite(sigma)):
-        raise ScenarioError([f"privacy.noise_multiplier = {sigma!r}: must be a positive finite number"])
+    if sigma is not None and not (sigma >= 0.0 and math.isfinite(sigma)):
+        raise ScenarioError([f"privacy.noise_multiplier = {sigma!r}: must be a finite number ≥ 0 (0: clip only)"])
 
 
 @functools.lru_cache(maxsize=4096)

@@ -321,6 +321,9 @@ def build_privacy(
                                  f"k = {shape.max_participations}, b = {shape.min_separation} gave a non-finite "
                                  "result; choose another noise_bands / noise_buffers, or privacy.noise = 'blt'"])
     sigma, releases = resolve_sigma(p, shape)
+    if p.xi is not None and sigma == 0:
+        raise ScenarioError([f"privacy.xi = {p.xi}: with privacy.noise_multiplier = 0 (clip only) the counts carry no noise; "
+                             "give privacy.gamma (the payload scale, e.g. 1.0) instead"])
     if p.xi is not None:
         if not p.xi > sigma:
             how = "given" if p.noise_multiplier is not None else f"calibrated to ε = {p.epsilon}, δ = {p.delta}"

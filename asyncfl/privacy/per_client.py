@@ -37,11 +37,14 @@ CLIENT_FIELDS = ("client", "participations", "epsilon", "mu")
 
 def gdp_mu(count: int, sigma: float) -> float:
     """``μ = √k / σ``: the Gaussian-DP parameter of ``k`` Gaussian releases at noise multiplier
-    ``σ`` (sensitivity 1), composed without amplification (docs/privacy.md §11)."""
+    ``σ`` (sensitivity 1), composed without amplification (docs/privacy.md §11). Without noise
+    (``σ = 0``, clip only) one release is already not private: ``μ = ∞`` for ``k ≥ 1``, 0 for ``k = 0``."""
     if count < 0 or int(count) != count:
         raise ValueError(f"participation count {count!r}: must be a non-negative integer")
-    if not (sigma > 0 and math.isfinite(sigma)):
-        raise ValueError(f"noise multiplier σ = {sigma!r}: must be positive and finite")
+    if not (sigma >= 0 and math.isfinite(sigma)):
+        raise ValueError(f"noise multiplier σ = {sigma!r}: must be finite and ≥ 0")
+    if sigma == 0:
+        return math.inf if count > 0 else 0.0
     return math.sqrt(count) / sigma
 
 
