@@ -199,6 +199,24 @@ def test_a_speed_up_where_the_base_mostly_never_reached_the_target_is_a_lower_bo
     assert o.effect == pytest.approx(math.exp(np.mean(np.log(bt) - np.log(rt))))
 
 
+def test_each_interval_is_labelled_with_its_coverage_measured_on_the_comparisons_own_data(tmp_path):
+    # d1's secondary log_time comparison, MA-light unreached on 6 of 10 seeds: the report's column is
+    # time_coverage on the same restricted times, seeded by the plan's bootstrap seed, at 95 %
+    from analysis.confirm.coverage import time_coverage
+
+    sgd_t = [30, 34, 28, 40, 33, 31, 36, 29, 35, 32]
+    light_t = [60, 75, 88, 95] + [None] * 6
+    root, loaded = _study(tmp_path, _rows("fedbuff-sgd", [0.55] * 10, sgd_t) + _rows("fedbuff-ma-light", [0.4] * 10, light_t))
+    text, _ = build_report(root, loaded)
+    expected = time_coverage(np.array(sgd_t, float), np.ones(10, bool), np.array([60, 75, 88, 95] + [100] * 6, float),
+                             np.array([True] * 4 + [False] * 6), 100.0, 0.95, seed=loaded.plan.bootstrap_seed)
+    row = next(line for line in text.splitlines() if line.startswith("| d1 | fedbuff-ma-light vs fedbuff-sgd") and "log_time" in line)
+    assert f"| {expected.text()} |" in row and math.isfinite(expected.value)
+    assert "| coverage (measured) |" in text and "Coverage (measured):" in text
+    unrun = next(line for line in text.splitlines() if line.startswith("| d2 | fedbuff-ma-full"))
+    assert "| — | — | — | — | — | 1 (not run) |" in unrun
+
+
 def test_the_committed_report_regenerates_from_the_committed_csvs_with_one_command(tmp_path, capsys):
     committed = Path(__file__).resolve().parents[1] / "analysis" / "results" / "confirm"
     copy = tmp_path / "confirm"
