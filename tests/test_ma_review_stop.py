@@ -214,6 +214,9 @@ def test_a_stopped_study_is_recorded_and_a_rerun_runs_nothing_again(studies, mon
     before = {name: (folder / name).read_text() for name in ("results.csv", "tuning.csv", "curves.csv", "report.md")}
     assert review([str(path), "--out", str(folder), "--quiet", "--workers", "1"]) == 0
     assert {name: (folder / name).read_text() for name in before} == before
+    # --collect reads the stopped runs back as stopped at their target too
+    assert review([str(path), "--out", str(folder), "--quiet", "--collect"]) == 0
+    assert {name: (folder / name).read_text() for name in before} == before
     # the spec without the stops is another study: its folder is not this one's
     assert review([str(studies["off"][0]), "--out", str(folder), "--quiet"]) == 2
     capsys.readouterr()
