@@ -253,3 +253,40 @@ def test_a_clients_deployment_epsilon_is_its_count_times_m_over_c_in_closed_form
     assert deployment_epsilon(simulated, 10, 1e-6) == pytest.approx(gdp_epsilon(gdp_mu(60, 2.95), 1e-6), rel=1e-9)
     assert deployment_epsilon(simulated, 1, 1e-6) == pytest.approx(simulated, rel=1e-9)
     assert math.isnan(deployment_epsilon(math.nan))
+
+
+# --- runs stopped at their target (docs/studies.md §2.1) -------------------------------------
+
+def test_a_design_that_stops_its_evaluation_runs_may_not_plan_a_final_accuracy_comparison(tmp_path, capsys):
+    """d1 compares final accuracy (primary) and time to 0.45 (secondary): with its evaluation runs
+    stopped at the target the first could never be computed, so check and run refuse it."""
+    path = _plan_copy(tmp_path)
+    spec = path.parent / "designs" / "d1_malight_eps2.toml"
+    spec.write_text(spec.read_text() + '\n[evaluation]\nreads = "crossings"\nstop_at_target = true\n')
+    for argv in (["check", "--plan", str(path)], ["run", "d1", "--out", str(tmp_path / "d1"), "--plan", str(path)]):
+        assert confirm_main(argv) == 2
+        err = capsys.readouterr().err
+        assert "designs (d1)" in err and "evaluation.stop_at_target" in err
+        assert "fedbuff-ma-light vs fedbuff-sgd, mnist1d, eps2, K = 2000, final_accuracy" in err
+        assert "Traceback" not in err
+    assert not (tmp_path / "d1").exists()
+
+
+def test_runs_stopped_at_their_target_count_with_their_crossing_and_have_no_final_accuracy(tmp_path):
+    """d1's runs, every rule run stopped at its target (crossing at 40 steps, final accuracy and ε
+    blank as the engine writes them): the planned final-accuracy comparison is not measured and
+    enters claim 2b's family with p = 1; the secondary time comparison counts the stopped runs as
+    reached, at their crossing; the cells table prints no final accuracy or ε for the rule."""
+    sgd = _rows("fedbuff-sgd", [0.50] * 10, [None] * 10)
+    light = _rows("fedbuff-ma-light", [0.55] * 10, [40.0] * 10)
+    for r in light:
+        r.update(status="stopped", stopped_at_target=1, final_accuracy=math.nan, epsilon=math.nan, epsilon_client_max=math.nan)
+    root, loaded = _study(tmp_path, sgd + light)
+    text, out = build_report(root, loaded)
+    (o, p_holm), = out["2b"]
+    assert not o.measured and o.p == 1.0 and p_holm == 1.0
+    assert "| not measured | — | — | — | 1 | not measured (runs stopped at their target) | confirmatory |" in text  # no coverage, bootstrap, p
+    time_row = next(line for line in text.splitlines() if line.startswith("| d1 |") and "| log_time |" in line)
+    assert "| 0/10 · 10/10 |" in time_row and "≥ 2.50×" in time_row  # min(T̂, h): 100 / 40, the base never reached
+    cells = "| d1 | mnist1d, eps2, K = 2000 | fedbuff-ma-light | 0.1 | 10 | 10/10 | not measured | not measured | not measured |"
+    assert cells in text

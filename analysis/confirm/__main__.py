@@ -1,7 +1,8 @@
 """``python -m analysis.confirm``: the confirmatory study (docs/confirm.md).
 
 * ``check`` — validate the plan and every design spec it names (each comparison's cells must be
-  cells of its design's spec); runs nothing;
+  cells of its design's spec; a spec that stops its evaluation runs at the target may have no
+  ``final_accuracy`` comparison); runs nothing;
 * ``run DESIGN --out DIR`` — run one design through the review-study engine (resumable); the
   design's digest is recorded in ``DIR/confirm.json`` when its first run starts, and a folder
   whose recorded digest differs from the plan's now is refused unless ``--exploratory`` (its
@@ -23,10 +24,10 @@ from asyncfl.cli.console import say
 from asyncfl.cli.exit_codes import EXIT_OK
 from asyncfl.cli.main import run_script
 from asyncfl.errors import UsageError
-from analysis.confirm.plan import PLAN, load_plan
+from analysis.confirm.plan import PLAN, Design, load_plan
 from analysis.confirm.record import claim_design
 from analysis.confirm.report import write_report
-from analysis.ma_review.design import load_review
+from analysis.ma_review.design import ReviewStudy, load_review
 from analysis.ma_review.__main__ import run_with_progress
 
 COMMAND = "python -m analysis.confirm"
@@ -43,6 +44,19 @@ def confirm_args(p: argparse.ArgumentParser) -> None:
     quiet_arg(p, "no progress bar")
 
 
+def check_stops(design: Design, study: ReviewStudy) -> None:
+    """Refuse a design whose spec stops its evaluation runs at the target
+    (``evaluation.stop_at_target``, docs/studies.md §2.1) while the plan compares their final
+    accuracy: a stopped run does not measure it, so the planned comparison could never be made."""
+    if not study.review.evaluation.stop_at_target:
+        return
+    finals = [c.label() for c in design.comparisons + design.secondary if c.metric == "final_accuracy"]
+    if finals:
+        raise UsageError(f"designs ({design.id}): {design.spec} sets evaluation.stop_at_target, but the plan compares the "
+                         f"final accuracy of its evaluation runs ({'; '.join(finals)}), which a run stopped at its target "
+                         "does not measure: remove the stop, or plan log_time comparisons only")
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
     loaded = load_plan(args.plan)
     if args.action == "check":
@@ -52,6 +66,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                 say(f"{design.id}: planned, no spec yet ({design.title}; about {design.cost:g} core-minutes)")
                 continue
             study = load_review(spec)
+            check_stops(design, study)
             cells = {(c.task, c.privacy, c.K, c.method) for c in study.cells()}
             for comp in design.comparisons + design.secondary:
                 for method in (comp.rule, comp.base):
@@ -74,6 +89,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     if spec is None:
         raise UsageError(f"design {design.id}: has no spec file yet (planned only); add it in a plan revision first")
     study = load_review(spec)
+    check_stops(design, study)
     out = Path(args.out)
     record = claim_design(out, loaded, design.id, exploratory=args.exploratory)
     _, code = run_with_progress(design.id, study, out, args, extend=True, on_claimed=record)

@@ -6,7 +6,10 @@ and that interval's coverage measured by simulation (:mod:`analysis.confirm.cove
 paired bootstrap beside it, the Holm-adjusted p-value and the verdict by the plan's rules;
 then the secondary (exploratory) comparisons; then the tuning each design chose and the privacy
 each DP cell spent. A design whose folder was started under another version of its section of the
-plan (``confirm.json``) is reported, but every row of it is marked exploratory.
+plan (``confirm.json``) is reported, but every row of it is marked exploratory. A run stopped at
+its target (``stopped_at_target = 1``, docs/studies.md §2.1) counts with its crossing; a final
+accuracy or ε of a cell holding one is "not measured" (a planned ``final_accuracy`` comparison on
+it enters its family with ``p = 1``, as one not run).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from analysis.confirm.coverage import REPLICATES, Coverage, accuracy_coverage, t
 from analysis.confirm.intervals import accuracy_t, log_time_t
 from analysis.confirm.plan import Design, LoadedPlan, PlannedComparison
 from analysis.confirm.record import read_record
-from analysis.ma_review.tables import read_csv
+from analysis.ma_review.tables import crossing_measured, read_csv, stopped_early
 
 Rows = list[dict[str, Any]]
 
@@ -62,6 +65,7 @@ class Outcome(NamedTuple):
     base_mean: float
     rule_mean: float
     coverage: Coverage | None = None
+    measured: bool = True  # False: a final-accuracy comparison on runs stopped at their target
 
 
 def _eval_rows(folder: Path) -> Rows:
@@ -74,7 +78,7 @@ def _cell(rows: Rows, c: PlannedComparison, method: str) -> dict[int, dict[str, 
 
 
 def _restricted(r: dict[str, Any]) -> tuple[float, bool]:
-    reached = bool(r["reached"]) and r["status"] == "completed"
+    reached = bool(r["reached"]) and crossing_measured(r)
     h = float(r["horizon"])
     return (min(float(r["cross_point"]), h) if reached else h), reached
 
@@ -91,6 +95,8 @@ def compute(rows: Rows, c: PlannedComparison, design: str, status: str, level: f
     b = [base[s] for s in seeds]
     u = [rule[s] for s in seeds]
     rng = np.random.default_rng(seed)
+    if c.metric == "final_accuracy" and any(stopped_early(r) for r in b + u):
+        return Outcome(c, design, status, len(seeds), nan, nan, nan, nan, nan, 1.0, 0, 0, nan, nan, measured=False)
     if c.metric == "final_accuracy":
         fb = np.array([r["final_accuracy"] if r["status"] == "completed" else nan for r in b], dtype=np.float64)
         fu = np.array([r["final_accuracy"] if r["status"] == "completed" else nan for r in u], dtype=np.float64)
@@ -137,6 +143,8 @@ def verdict(o: Outcome, p_holm: float, alpha: float) -> str:
     """The plan's verdict words for one comparison (plan.toml, "Verdicts")."""
     if o.status == "not run":
         return "not tested"
+    if not o.measured:
+        return "not measured (runs stopped at their target)"
     if not math.isfinite(o.effect) or not math.isfinite(p_holm):
         return "not estimable"
     significant = p_holm <= alpha
@@ -168,6 +176,8 @@ def _interval(low: float, high: float, fmt: str) -> str:
 def _effect_text(o: Outcome) -> str:
     if o.status == "not run":
         return "—"
+    if not o.measured:
+        return "not measured"
     if o.comparison.metric == "log_time":
         bound = "≥ " if o.base_reached < o.n / 2 and o.effect > 1 else ""
         return f"{bound}{o.effect:.2f}× {_interval(o.low, o.high, '.2f')}"
@@ -178,8 +188,8 @@ def _effect_text(o: Outcome) -> str:
 def _row(o: Outcome, p_holm: float, alpha: float) -> str:
     c = o.comparison
     reached = f"{o.base_reached}/{o.n} · {o.rule_reached}/{o.n}" if c.metric == "log_time" and o.n else "—"
-    boot = _interval(o.boot_low, o.boot_high, ".2f" if c.metric == "log_time" else "+.3f") if o.n else "—"
-    p = f"{o.p:.3g}" if math.isfinite(o.p) and o.n else "—"
+    boot = _interval(o.boot_low, o.boot_high, ".2f" if c.metric == "log_time" else "+.3f") if o.n and o.measured else "—"
+    p = f"{o.p:.3g}" if math.isfinite(o.p) and o.n and o.measured else "—"
     ph = f"{p_holm:.3g}" if o.n else "1 (not run)"
     return (f"| {o.design} | {c.rule} vs {c.base} | {c.task}, {c.privacy}, K = {c.K} | {c.metric} | {o.n} | {reached} | "
             f"{_effect_text(o)} | {_coverage_text(o)} | {boot} | {p} | {ph} | {verdict(o, p_holm, alpha)} | {o.status} |")
@@ -266,6 +276,11 @@ def build_report(root: Path, loaded: LoadedPlan) -> tuple[str, dict[str, list[tu
             fin = _finite(r["final_accuracy"] for r in rs if r["status"] == "completed")
             eps, busiest = _finite(r["epsilon"] for r in rs), _finite(r["epsilon_client_max"] for r in rs)
             reached = sum(int(r["reached"]) for r in rs)
+            if any(stopped_early(r) for r in rs):  # runs stopped at their target: no whole-run value
+                eps_text = "not measured" if any(r["dp"] == 1 for r in rs) else "—"
+                lines.append(f"| {d.id} | {task}, {priv}, K = {K} | {method} | {rs[0]['lr']:g} | {len(rs)} | {reached}/{len(rs)} | "
+                             f"not measured | {eps_text} | {eps_text} |")
+                continue
             lines.append(f"| {d.id} | {task}, {priv}, K = {K} | {method} | {rs[0]['lr']:g} | {len(rs)} | {reached}/{len(rs)} | "
                          f"{_num(np.mean(fin) if fin else math.nan, '.4f')} | {_num(max(eps, default=math.nan), '.3g')} | "
                          f"{_num(max(busiest, default=math.nan), '.3g')} · "

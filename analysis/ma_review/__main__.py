@@ -59,7 +59,8 @@ def run_with_progress(label: str, study: ReviewStudy, out: Path, args: argparse.
                       **options: Any) -> tuple[dict[str, Any], int]:
     """:func:`run_review` with a progress bar (each batch — the target, each tuning round, the
     evaluation — announced as it starts) on ``args``' workers; warns of every evaluation run that
-    did not complete and returns the result with the exit code of the evaluation runs."""
+    did not complete (or stop at its target) and returns the result with the exit code of the
+    evaluation runs."""
     display = RunsDisplay(label, quiet=args.quiet)
     backend = make_backend(args.workers, args.ray)
 
@@ -78,7 +79,7 @@ def run_with_progress(label: str, study: ReviewStudy, out: Path, args: argparse.
         backend.close()
     evaluation = {p: st for p, st in result["statuses"].items() if p.seed in study.review.seeds}
     for point, status in evaluation.items():
-        if status != "completed":
+        if status != "completed" and point not in result["at_target"]:  # a run stopped at its target finished as asked
             warn(f"{status}: {point.rel_dir()}: {result['messages'].get(point, 'no message')}")
     return result, of_runs(list(evaluation.values()))
 

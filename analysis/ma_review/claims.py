@@ -18,6 +18,10 @@ Verdict rules (the same words everywhere):
   horizon, the speed ratio is 1 by construction and the final accuracy is what separates them);
 * **2b**, MA under DP against plain SGD under the same DP: the utility rule with SGD as the base
   (context for claim 2, not a claim of the paper).
+
+Where runs stopped at their target (docs/studies.md §2.1) the final accuracy, and the widths of
+the tuning runs, are *not measured*: a utility or tuning claim resting on them says so instead of
+a verdict, and the speed evidence prints "final not measured".
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import math
 from typing import Any
 
 from analysis.ma_review.entries import NODP
-from analysis.ma_review.compare import CellId, Rows, across_k, lr_sensitivity, paired, tuning_by_cell
+from analysis.ma_review.compare import CellId, Rows, across_k, lr_sensitivity, paired, stopped_tuning, tuning_by_cell
 
 PAPER_SPEED = (1.15, 4.0)
 PAPER_UTILITY = (0.03, 0.20)
@@ -67,6 +71,16 @@ def _unreached(p: Any, base: str, rule: str) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def _final(p: Any) -> str:
+    """The pair's final-accuracy difference as evidence (not measured after a target stop)."""
+    if not p.final_measured:
+        return "final not measured"
+    return f"final {p.final_diff.mean:+.3f} [{p.final_diff.low:+.3f}, {p.final_diff.high:+.3f}]"
+
+
+NOT_MEASURED = "**not measured** (runs stopped at their target: docs/studies.md §2.1)"
+
+
 def _marked(inside: bool) -> str:
     return "" if inside else " ‡"
 
@@ -99,8 +113,7 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
         states = [_state(p.speed.low, p.speed.high) for _, _, p in rows]
         ranges = [PAPER_SPEED[0] <= p.speed.ratio <= PAPER_SPEED[1] for _, _, p in rows]
         evidence = "; ".join(f"K = {K}: {p.speed.ratio:.2f}× [{p.speed.low:.2f}, {p.speed.high:.2f}]{_marked(r)}"
-                       f"{_unreached(p, 'momentum', SHORT[rule])}, final {p.final_diff.mean:+.3f} "
-                       f"[{p.final_diff.low:+.3f}, {p.final_diff.high:+.3f}]" for (_, K, p), r in zip(rows, ranges))
+                       f"{_unreached(p, 'momentum', SHORT[rule])}, {_final(p)}" for (_, K, p), r in zip(rows, ranges))
         it = [across_k(by_cell, t, NODP, "fedbuff-momentum", rule) for t in tasks]
         it_text = "; ".join(f"across K p = {i.p_anova:.2g}, ×{math.exp(i.slope_per_log2K):.2f} per doubling" for i in it if i)
         where = [f"K = {K}" for _, K, _ in rows]
@@ -113,8 +126,10 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
     dp_labels = sorted({k[1] for k in by_cell if k[1] != NODP and by_cell[k][0]["lr_from"] == ""})
     for rule, base in [(r, b) for b in ("fedbuff-momentum", "fedbuff-sgd") for r in MA]:
         states, ranges, ev, where = [], [], [], []
+        measured = True
         for label in dp_labels:
             for task, K, p in _speed_rows(by_cell, label, base, rule):
+                measured = measured and p.final_measured
                 where.append(f"{label}, K = {K}")
                 lo, hi = p.final_rel[1], p.final_rel[2]
                 states.append(_state(lo, hi, 0.0))
@@ -125,24 +140,32 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
             continue
         claim = (f"2. {SHORT[rule]} gains 3–20 % final accuracy over naive momentum under DP" if base == "fedbuff-momentum" else
                  f"2b. {SHORT[rule]} gains final accuracy over plain SGD under the same DP (not the paper's claim; its context)")
-        lines.append(f"| {claim} | {_verdict(states, ranges, where)} | "
-                     f"{'; '.join(ev) or '—'} | {cond}; DP settings {', '.join(dp_labels) or '—'} with the lr tuned under DP "
+        verdict, evidence = ((_verdict(states, ranges, where), "; ".join(ev) or "—") if measured else
+                             (NOT_MEASURED, "final accuracy not measured"))
+        lines.append(f"| {claim} | {verdict} | "
+                     f"{evidence} | {cond}; DP settings {', '.join(dp_labels) or '—'} with the lr tuned under DP "
                      "(ε and each client's ε in the DP table) | a larger noise cohort or ε (less noise for MA to amplify); "
                      "another count post-processing (ablation table) |")
 
     # 3. less tuning needed
+    stopped = stopped_tuning(tuning)
     widths = {k: lr_sensitivity(v) for k, v in tuning_by_cell(tuning).items()}
     for rule in MA:
         states, notes, where = [], [], []
+        unmeasured = False
         for (task, p, K, m), w in sorted(widths.items()):
             base_width = widths.get((task, p, K, "fedbuff-momentum"))
+            if m == rule and base_width is not None and {(task, p, K, m), (task, p, K, "fedbuff-momentum")} & set(stopped):
+                unmeasured = True  # its tuning runs stopped at the target: no width
+                continue
             if m != rule or base_width is None or not (math.isfinite(w) and math.isfinite(base_width)):
                 continue
             states.append("holds" if w - base_width > 1 else "reversed" if base_width - w > 1 else "unresolved")
             notes.append(f"{p}, K = {K}: {w:.2f} vs {base_width:.2f}")
             where.append(f"{p}, K = {K}")
-        lines.append(f"| 3. {SHORT[rule]} needs less learning-rate tuning than naive momentum | "
-                     f"{_verdict(states, [True] * len(states), where, 'differences within one refinement step')} | "
+        verdict = (NOT_MEASURED if unmeasured and not states else
+                   _verdict(states, [True] * len(states), where, 'differences within one refinement step'))
+        lines.append(f"| 3. {SHORT[rule]} needs less learning-rate tuning than naive momentum | {verdict} | "
                      f"width in log₂ η within 0.02 of the best final accuracy, MA vs momentum: {'; '.join(notes) or '—'} | "
                      f"{cond}; the tuning seeds' runs, rates ×2 apart (no interval with one tuning seed) | more tuning seeds "
                      "(an interval on each width); a finer grid; another tolerance or a width in steps to target |")
@@ -154,13 +177,13 @@ def table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
             if not rows:
                 continue
             states = [_state(p.speed.low, p.speed.high) for _, _, p in rows]
-            finals = [_state(p.final_diff.low, p.final_diff.high, 0.0) for _, _, p in rows]
+            finals = [_state(p.final_diff.low, p.final_diff.high, 0.0) if p.final_measured else "not measured"
+                      for _, _, p in rows]
             evidence = "; ".join(f"K = {K}: {p.speed.ratio:.2f}× [{p.speed.low:.2f}, {p.speed.high:.2f}]"
-                           f"{_unreached(p, SHORT[comp], SHORT[rule])}, final "
-                           f"{p.final_diff.mean:+.3f} [{p.final_diff.low:+.3f}, {p.final_diff.high:+.3f}]" for _, K, p in rows)
+                           f"{_unreached(p, SHORT[comp], SHORT[rule])}, {_final(p)}" for _, K, p in rows)
             word = {"holds": f"{SHORT[rule]} faster", "reversed": f"{SHORT[comp]} faster", "unresolved": "speed unresolved"}
             acc = {"holds": f"{SHORT[rule]} more accurate", "reversed": f"{SHORT[comp]} more accurate",
-                   "unresolved": "final accuracy unresolved"}
+                   "unresolved": "final accuracy unresolved", "not measured": "final accuracy not measured"}
             verdict = ", ".join(f"K = {K}: {word[s]}, {acc[a]}" for (_, K, _), s, a in zip(rows, states, finals))
             lines.append(f"| 4. {SHORT[rule]} against {SHORT[comp]} (no DP) | {verdict} | {evidence} | {cond}; each at its own "
                          "tuned lr | another task or K; the comparators' own hyper-parameters (β₂, κ) were not tuned |")

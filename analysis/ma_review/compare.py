@@ -12,6 +12,13 @@
   times across K, and their slope per doubling of K);
 * per tuned cell: the learning-rate sensitivity from the tuning runs (the width in log₂ η where
   the tuning seeds' mean final accuracy stays within a tolerance of the best).
+
+A run stopped at its target (``stopped_at_target = 1``, docs/studies.md §2.1) counts with its
+crossing; its whole-run values (:data:`WHOLE_RUN`) are not measured, and neither is any mean or
+difference of them over a cell holding such a run — a mean over the runs left would be one over
+the slowest seeds. Those come out NaN with the count of stopped runs beside them
+(``CellSummary.stopped``, ``Pair.final_measured``, :func:`stopped_tuning`), and the report prints
+"not measured".
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from asyncfl.figures.ci import MeanCI, mean_ci
-from asyncfl.studies.effects import Interaction, interaction, paired_difference
+from asyncfl.studies.effects import Difference, Interaction, interaction, paired_difference
 from asyncfl.studies.survival import Comparison, log_restricted_ratios, paired_rmst_ratio, restricted_mean
 from asyncfl.studies.tuning import sensitivity
+from analysis.ma_review.tables import crossing_measured, stopped_early
 
 Rows = list[dict[str, Any]]
 CellId = tuple[str, str, int, str]  # (task, privacy, K, method)
@@ -46,8 +54,8 @@ def cells(rows: Rows) -> dict[CellId, Rows]:
 
 def times(runs: Rows) -> tuple[np.ndarray, np.ndarray]:
     """Each run's crossing point and whether it reached the target (a run that did not complete
-    counts as not reaching it, at the horizon)."""
-    reached = np.array([bool(r["reached"]) and r["status"] == "completed" for r in runs])
+    counts as not reaching it, at the horizon; one stopped at its target counts with its crossing)."""
+    reached = np.array([bool(r["reached"]) and crossing_measured(r) for r in runs])
     t = np.array([r["cross_point"] if ok else r["horizon"] for r, ok in zip(runs, reached)], dtype=np.float64)
     return t, reached
 
@@ -56,7 +64,7 @@ def intervals(runs: Rows) -> list[tuple[float, float]]:
     """Each run's crossing interval ``(low, high]`` (``high = ∞`` when unreached)."""
     out = []
     for r in runs:
-        if r["reached"] and r["status"] == "completed":
+        if r["reached"] and crossing_measured(r):
             out.append((float(r["cross_low"]), float(r["cross_high"])))
         else:
             out.append((float(r["horizon"]), math.inf))
@@ -70,18 +78,26 @@ class CellSummary(NamedTuple):
     final: MeanCI
     lr: float
     means: dict[str, float]
+    stopped: int = 0  # runs stopped at their target: final accuracy and the whole-run means not measured
 
 
 MEAN_COLUMNS = ("bias", "amplification", "noise_gain", "iterate_noise", "epsilon", "epsilon_client_max", "epsilon_client_p50",
                 "sigma", "xi")
+#: the columns of the whole run, which a run stopped at its target does not measure (σ and ξ are
+#: calibrated for the planned T steps before the run: they are)
+WHOLE_RUN = ("final_accuracy", "best_accuracy", "final_loss", "time_end", "bias", "amplification", "noise_gain", "iterate_noise",
+             "epsilon", "epsilon_client_max", "epsilon_client_p50")
+NAN_CI = MeanCI(math.nan, math.nan, 0)
 
 
 def summary(runs: Rows) -> CellSummary:
     t, reached = times(runs)
     horizon = float(runs[0]["horizon"])
-    means = {c: _mean([r[c] for r in runs]) for c in MEAN_COLUMNS}
-    return CellSummary(len(runs), int(reached.sum()), restricted_mean(t, reached, horizon),
-                       mean_ci([r["final_accuracy"] for r in runs]), float(runs[0]["lr"]), means)
+    stopped = sum(stopped_early(r) for r in runs)
+    means = {c: math.nan if stopped and c in WHOLE_RUN else _mean([r[c] for r in runs]) for c in MEAN_COLUMNS}
+    final = NAN_CI if stopped else mean_ci([r["final_accuracy"] for r in runs])
+    return CellSummary(len(runs), int(reached.sum()), restricted_mean(t, reached, horizon), final, float(runs[0]["lr"]), means,
+                       stopped)
 
 
 def _mean(values: list[float]) -> float:
@@ -96,6 +112,7 @@ class Pair(NamedTuple):
     final_diff: Any              # asyncfl.studies.effects.Difference of final accuracy, rule − base
     final_rel: tuple[float, float, float]  # the same relative to the base's mean final accuracy
     n: int
+    final_measured: bool = True  # False where a run of either side stopped at its target: no final accuracy
 
 
 def paired(base: Rows, rule: Rows) -> Pair | None:
@@ -108,6 +125,8 @@ def paired(base: Rows, rule: Rows) -> Pair | None:
     bt, bd = times(b)
     rt, rd = times(u)
     speed = paired_rmst_ratio(bt, bd, rt, rd, float(b[0]["horizon"]), bounds=(intervals(b), intervals(u)))
+    if any(stopped_early(r) for r in b + u):
+        return Pair(speed, Difference(math.nan, math.nan, math.nan, 0), (math.nan,) * 3, len(seeds), False)
     diff = paired_difference([r["final_accuracy"] for r in b], [r["final_accuracy"] for r in u])
     base_mean = _mean([r["final_accuracy"] for r in b])
     rel = tuple(v / base_mean if base_mean else math.nan for v in (diff.mean, diff.low, diff.high))
@@ -142,6 +161,16 @@ def tuning_by_cell(tuning: Rows) -> dict[CellId, dict[float, list[float]]]:
     for r in tuning:
         out[(r["task"], r["privacy"], r["K"], r["method"])][float(r["lr"])].append(float(r["final_accuracy"]))
     return {k: dict(v) for k, v in out.items()}
+
+
+def stopped_tuning(tuning: Rows) -> dict[CellId, int]:
+    """Each tuned cell with tuning runs stopped at their target, and how many: its final
+    accuracies per rate, hence its learning-rate sensitivity, are not measured."""
+    out: dict[CellId, int] = defaultdict(int)
+    for r in tuning:
+        if stopped_early(r):
+            out[(r["task"], r["privacy"], r["K"], r["method"])] += 1
+    return dict(out)
 
 
 def lr_sensitivity(scores: dict[float, list[float]], tolerance: float = SENSITIVITY_TOLERANCE) -> float:

@@ -15,6 +15,7 @@ from typing import Any
 
 from asyncfl import allow_modules
 from asyncfl.config import scenario as scenario_mod
+from asyncfl.studies.stopping import target_stop
 
 from analysis.ma_review.scenarios import Point, Scenarios
 from analysis.ma_review.spec import ReviewSpec, StudyError, parse_review, read_spec_file
@@ -60,6 +61,17 @@ class ReviewStudy:
         if problems:
             raise StudyError(sorted(set(problems)), source)
         self.scenarios = Scenarios(review, [(c.task, c.method, c.K, c.privacy) for c in self._cells], base_dir, source)
+        if review.stops():  # the study sets run.stop itself: a stop of the spec's would be replaced without a word
+            seed = min(set(review.seeds) | set(review.tuning_seeds))
+            for task in dict.fromkeys(c.task for c in self._cells):
+                cell = next(c for c in self._cells if c.task == task)
+                lr = (review.lr_grid.of(cell.method) or [1.0])[0]
+                if self.scenario(cell.point(seed, lr, review.steps)).run.stop is not None:
+                    problems.append(f"tasks ({task}): run.stop is set by its scenario, [defaults] or overrides; with "
+                                    "tuning.stop_at_target or evaluation.stop_at_target the study sets each run's stop "
+                                    "(its target): remove the spec's own")
+            if problems:
+                raise StudyError(problems, source)
 
     @property
     def spec(self) -> ReviewSpec:
@@ -84,8 +96,13 @@ class ReviewStudy:
     def cells(self) -> list[CellKey]:
         return list(self._cells)
 
-    def scenario(self, point: Point) -> scenario_mod.Scenario:
-        return self.scenarios.scenario(point)
+    def scenario(self, point: Point, stop_at: float | None = None) -> scenario_mod.Scenario:
+        """The point's scenario; with ``stop_at`` (a target accuracy) it stops at the first
+        evaluation reaching it (``run.stop``, :func:`asyncfl.studies.stopping.target_stop`;
+        docs/studies.md §2.1). Without, nothing is added: the scenario is the one the spec
+        always built."""
+        scenario = self.scenarios.scenario(point)
+        return scenario if stop_at is None else scenario.replace(**{"run.stop": target_stop([stop_at])})
 
     def digest(self) -> str:
         """SHA-256 of everything the study's runs follow from: the spec

@@ -37,17 +37,29 @@ from asyncfl.results import Run
 from asyncfl.run.bias_report import analysis_of, read_run_counts
 from asyncfl.server.ma import TargetKind, light_matrix_from_uv, target_matrix
 from asyncfl.studies.crossing import crossing
+from asyncfl.studies.stopping import stopped_at_target
 from analysis.ma_review.methods import BIAS_KEY, NO_BIAS
 
 NAN = math.nan
 
 
-def read_status(run_dir: Path) -> str | None:
-    """The run's ``summary.json`` status; None when it has none (not run, or damaged)."""
+def read_state(run_dir: Path, steps: int) -> tuple[str | None, bool]:
+    """The run's status as the review reads it, and whether it stopped at its target before its
+    horizon ``steps`` (docs/studies.md §2.1): such a run keeps asyncfl's status ``stopped`` and
+    its crossings, but none of its whole-run values (final accuracy, ε spent, bias). A run whose
+    target stop fired at step ``steps`` took every step: it is ``completed``. None when the run
+    has no ``summary.json`` (not run, or damaged)."""
     try:
-        return Run(run_dir).summary.get("status")
+        summary = Run(run_dir).summary
     except (OSError, RunDirError):
-        return None
+        return None, False
+    status = summary.get("status")
+    if stopped_at_target(summary):
+        step = summary["stop"].get("step")
+        if isinstance(step, int) and step >= steps:
+            return "completed", False
+        return status, True
+    return status, False
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:

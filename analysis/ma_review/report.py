@@ -4,7 +4,9 @@ figures (:mod:`analysis.ma_review.figures`, from ``curves.csv`` too), without an
 
 Sections: setup and targets; every cell (restricted mean steps, reached, final accuracy, bias,
 noise, ε beside each client's ε); the paired comparisons per K with their interaction across K;
-DP utility; the ablations of the counts; learning-rate sensitivity; the claims table.
+DP utility; the ablations of the counts; learning-rate sensitivity; the claims table. Where a
+cell holds runs stopped at their target (docs/studies.md §2.1) its final accuracy and the other
+whole-run values print "not measured" (:data:`NOT_MEASURED`), never a mean of the runs left.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from analysis.ma_review.entries import NODP
 from analysis.ma_review.methods import METHOD_LABELS
 from analysis.ma_review import claims
 from analysis.ma_review.figures import draw_all
-from analysis.ma_review.compare import (CellId, Rows, cells, chosen_lr, lr_sensitivity, paired, reference_target, summary,
-                                        tuning_by_cell, across_k)
-from analysis.ma_review.tables import read_csv
+from analysis.ma_review.compare import (CellId, CellSummary, Rows, cells, chosen_lr, lr_sensitivity, paired, reference_target,
+                                        stopped_tuning, summary, tuning_by_cell, across_k)
+from analysis.ma_review.tables import read_csv, stopped_early
 
 #: (base, rule) pairs compared wherever both ran: ratio = RMST_base / RMST_rule
 PAIRS = (
@@ -45,6 +47,20 @@ def f(x: float, digits: int = 3) -> str:
 
 def pct(x: float) -> str:
     return "—" if not math.isfinite(x) else f"{100 * x:+.1f} %"
+
+
+#: what a whole-run value of a cell holding runs stopped at their target prints
+NOT_MEASURED = "not measured"
+
+
+def final_text(s: CellSummary) -> str:
+    """The cell's final accuracy, mean ± half-width; "not measured" where runs stopped at the target."""
+    return NOT_MEASURED if s.stopped else s.final.text(3)
+
+
+def mean_text(s: CellSummary, column: str) -> str:
+    """The cell's mean of a whole-run ``column``; "not measured" where runs stopped at the target."""
+    return NOT_MEASURED if s.stopped else f(s.means[column])
 
 
 def write_report(out: Path) -> str:
@@ -84,12 +100,20 @@ def _setup(rows: Rows, tuning: Rows, by_cell: dict[CellId, Rows]) -> list[str]:
     horizons = sorted({r["horizon"] for r in rows})
     spacing = sorted({round(r["cross_high"] - r["cross_low"], 6) for r in rows if r["reached"] and r["cross_low"] > 0})
     missing = sum(r["status"] == "missing" for r in rows)
-    failed = sum(r["status"] not in ("completed", "missing") for r in rows)
+    stopped = sum(stopped_early(r) for r in rows)
+    failed = sum(r["status"] not in ("completed", "missing") and not stopped_early(r) for r in rows)
+    tuning_stopped = sum(stopped_early(r) for r in tuning)
     out = ["## Setup\n",
            f"* {len(by_cell)} cells (task × privacy × K × method), {len(rows)} evaluation runs on seeds {seeds}"
            + (f" ({missing} not run: `missing`)" if missing else "") + (f", {failed} did not complete" if failed else "") + ";",
            f"* {len(tuning)} tuning runs on the held-out seed(s) {tseeds}; horizon {', '.join(str(h) for h in horizons)} server steps, "
            f"evaluated every {', '.join(f'{s:g}' for s in spacing) or '—'} steps (the width of every crossing interval);",
+           *([f"* {stopped} evaluation run(s) stopped at the target (`evaluation.stop_at_target`, docs/studies.md §2.1): "
+              "their crossings are measured; their final accuracy, ε and bias are not, and every cell holding one prints "
+              f"them \"{NOT_MEASURED}\";"] if stopped else []),
+           *([f"* {tuning_stopped} tuning run(s) stopped at the target (`tuning.stop_at_target`): their restricted steps "
+              "to the target, the tuning score, are those of runs to the horizon; their final accuracy is not measured;"]
+             if tuning_stopped else []),
            "* targets, fixed before any evaluation run from the reference on the tuning seeds:\n",
            "| task | reference lr | its mean final accuracy (tuning seeds) | target |", "|---|---|---|---|"]
     for task, (lr, acc, target) in sorted(reference_target(tuning).items()):
@@ -116,13 +140,27 @@ def _cell_table(by_cell: dict[CellId, Rows], tuning: Rows) -> list[str]:
             lr += f" (from {runs[0]['lr_from']})"
         elif chosen.get(key, (0, False))[1]:
             lr += " (edge)"
-        eps = f(s.means["epsilon"]) if key[1] != NODP else ""
-        eps_i = f"{f(s.means['epsilon_client_max'])} ({f(s.means['epsilon_client_p50'])})" if key[1] != NODP else ""
+        eps = mean_text(s, "epsilon") if key[1] != NODP else ""
+        eps_i = _client_eps(s) if key[1] != NODP else ""
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {label(key[3])} | {lr} | {s.rmst:.1f} | {s.reached}/{s.n} | "
-                   f"{s.final.text(3)} | {f(s.means['bias'])} | {f(s.means['amplification'])} | {f(s.means['noise_gain'])} | "
-                   f"{f(s.means['iterate_noise'])} | {eps} | {eps_i} |")
+                   f"{final_text(s)} | {mean_text(s, 'bias')} | {mean_text(s, 'amplification')} | {mean_text(s, 'noise_gain')} | "
+                   f"{mean_text(s, 'iterate_noise')} | {eps} | {eps_i} |")
     out.append("")
     return out
+
+
+def _client_eps(s: CellSummary) -> str:
+    return NOT_MEASURED if s.stopped else f"{f(s.means['epsilon_client_max'])} ({f(s.means['epsilon_client_p50'])})"
+
+
+def _final_diff(pair: Any) -> tuple[str, str]:
+    """A pair's final-accuracy difference and its relative gain, as printed ("not measured" where
+    a run of either side stopped at its target)."""
+    if not pair.final_measured:
+        return NOT_MEASURED, NOT_MEASURED
+    d = pair.final_diff
+    return (f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]",
+            f"{pct(pair.final_rel[0])} [{pct(pair.final_rel[1])}, {pct(pair.final_rel[2])}]")
 
 
 def _order(key: CellId) -> tuple[Any, ...]:
@@ -146,10 +184,9 @@ def _pairs(by_cell: dict[CellId, Rows]) -> list[str]:
             pair = paired(by_cell[(task, privacy, K, base)], by_cell[key])
             if pair is None:
                 continue
-            d = pair.final_diff
+            diff, rel = _final_diff(pair)
             out.append(f"| {task} | {privacy} | {K} | {label(rule)} | {label(base)} | {pair.speed.text('rule', 'base')} | "
-                       f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] | {pct(pair.final_rel[0])} [{pct(pair.final_rel[1])}, "
-                       f"{pct(pair.final_rel[2])}] | {pair.speed.method} |")
+                       f"{diff} | {rel} | {pair.speed.method} |")
     out.append("")
     return out
 
@@ -189,9 +226,9 @@ def _dp(by_cell: dict[CellId, Rows]) -> list[str]:
         if method.startswith("fedbuff-ma") and base in by_cell:
             pair = paired(by_cell[base], by_cell[key])
             if pair is not None:
-                gain = f"{pct(pair.final_rel[0])} [{pct(pair.final_rel[1])}, {pct(pair.final_rel[2])}]"
-        out.append(f"| {task} | {privacy} | {K} | {label(method)} | {s.final.text(3)} | {gain} | {f(s.means['epsilon'])} | "
-                   f"{f(s.means['epsilon_client_max'])} ({f(s.means['epsilon_client_p50'])}) |")
+                gain = _final_diff(pair)[1]
+        out.append(f"| {task} | {privacy} | {K} | {label(method)} | {final_text(s)} | {gain} | {mean_text(s, 'epsilon')} | "
+                   f"{_client_eps(s)} |")
     out.append("")
     return out
 
@@ -214,16 +251,15 @@ def _ablation(by_cell: dict[CellId, Rows]) -> list[str]:
         runs = by_cell[key]
         s = summary(runs)
         counts = "oracle: exact W, not private" if ":" in runs[0]["counts"] else runs[0]["counts"]  # a component named by its path
-        return (f"| {key[0]} | {key[2]} | {label(key[3])} | {name} | {counts} | {runs[0]['noise']} | {s.final.text(3)} | "
-                f"{delta} | {s.rmst:.1f} | {speed} | {f(s.means['bias'])} | {f(s.means['amplification'])} | "
-                f"{f(s.means['noise_gain'])} | {f(s.means['iterate_noise'])} |")
+        return (f"| {key[0]} | {key[2]} | {label(key[3])} | {name} | {counts} | {runs[0]['noise']} | {final_text(s)} | "
+                f"{delta} | {s.rmst:.1f} | {speed} | {mean_text(s, 'bias')} | {mean_text(s, 'amplification')} | "
+                f"{mean_text(s, 'noise_gain')} | {mean_text(s, 'iterate_noise')} |")
 
     for source, keys in variants.items():
         out.append(row(source, f"**{source[1]}** (source)", "", ""))
         for key in keys:
             pair = paired(by_cell[source], by_cell[key])
-            d = pair.final_diff if pair is not None else None
-            out.append(row(key, key[1], f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" if d else "—",
+            out.append(row(key, key[1], _final_diff(pair)[0] if pair is not None else "—",
                            pair.speed.text("variant", "source") if pair is not None else "—"))
     out.append("")
     return out
@@ -235,9 +271,14 @@ def _tuning(tuning: Rows) -> list[str]:
            f"seeds stays within 0.02 of the best (linear interpolation in log₂ η between tried rates; a range that "
            f"reaches the end of the grid is a lower bound, marked ≥). Wider: less tuning needed.\n",
            "| task | privacy | K | method | rates tried | best final accuracy | width (log₂ η) |", "|---|---|---|---|---|---|---|"]
+    stopped = stopped_tuning(tuning)
     for key, scores in sorted(tuning_by_cell(tuning).items(), key=lambda kv: _order(kv[0])):
-        width = lr_sensitivity(scores)
         rates = sorted(scores)
+        if key in stopped:  # its final accuracies are not measured: neither is the width
+            out.append(f"| {key[0]} | {key[1]} | {key[2]} | {label(key[3])} | {len(rates)} ({f(rates[0])}–{f(rates[-1])}) | "
+                       f"{NOT_MEASURED} ({stopped[key]} run(s) stopped at the target) | {NOT_MEASURED} |")
+            continue
+        width = lr_sensitivity(scores)
         best = max((sum(v) / len(v) for v in scores.values() if all(math.isfinite(x) for x in v)), default=math.nan)
         at_end = _reaches_end(scores, best)
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {label(key[3])} | {len(rates)} ({f(rates[0])}–{f(rates[-1])}) | "

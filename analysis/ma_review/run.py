@@ -17,6 +17,12 @@ evaluation seeds, and write the tables the report is computed from.
 3. **Evaluation.** Every cell runs every evaluation seed at its chosen rate (``lr_from`` cells at
    the rate chosen for their source label), cell by cell in the spec's block order.
 
+With ``tuning.stop_at_target`` (stage 2) and ``evaluation.stop_at_target`` (stage 3) those runs
+stop at the first evaluation reaching their task's target (docs/studies.md §2.1): their
+crossings, hence every tuning score and choice, are those of the runs to ``T``; their whole-run
+values are blank in the tables (``stopped_at_target = 1``). Stage 1 never stops: the target is
+read from the reference's final accuracy.
+
 Each stage goes through the parallel runner as one batch (tuning rounds are barriers), and the
 study is resumable (:mod:`analysis.ma_review.runs`): a finished run is read back, never rerun.
 """
@@ -34,7 +40,7 @@ from asyncfl.studies.tuning import choose, refine
 from analysis.ma_review.design import CellKey, ReviewStudy
 from analysis.ma_review.entries import NODP
 from analysis.ma_review.measures import (crossing_of, iterate_noise, noise_gain, own_coefficients, privacy_of, read_metrics,
-                                         read_status, run_amplification, run_bias)
+                                         read_state, run_amplification, run_bias)
 from analysis.ma_review.runs import ProgressHook, run_points
 from analysis.ma_review.scenarios import Point
 from analysis.ma_review.report import write_report  # the report reads only the tables above
@@ -49,7 +55,9 @@ Source = tuple[str, str, int, str]  # (task, privacy, K, method): one tuned lear
 
 
 class Runner:
-    """Runs points in batches and remembers each one's status and curve."""
+    """Runs points in batches and remembers each one's status and curve, and which runs stopped
+    at their target before their horizon (``at_target``: their crossing is measured, their
+    whole-run values are not; docs/studies.md §2.1)."""
 
     def __init__(self, study: ReviewStudy, out: Path, backend: Backend, progress: ProgressHook | None,
                  owned: outdir.OutDir | None, collect: bool = False) -> None:
@@ -57,15 +65,28 @@ class Runner:
         self.collect = collect  # read back the finished runs only: a point not run yet is "missing"
         self.status: dict[Point, str] = {}
         self.messages: dict[Point, str] = {}
+        self.at_target: set[Point] = set()
         self._curves: dict[Point, list[dict[str, float]]] = {}
 
-    def run(self, points: list[Point]) -> None:
+    def run(self, points: list[Point], stop_at: Callable[[Point], float] | None = None) -> None:
+        """Run the points not run yet; with ``stop_at`` each of them stops at the first evaluation
+        reaching ``stop_at(point)`` (a point already run keeps the run it has)."""
         todo = [p for p in dict.fromkeys(points) if p not in self.status]
         if self.collect:
-            self.status.update({p: read_status(self.out / p.rel_dir()) or "missing" for p in todo})
+            for p in todo:
+                status, stopped = read_state(self.out / p.rel_dir(), p.steps)
+                self.status[p] = status or "missing"
+                if stopped:
+                    self.at_target.add(p)
             return
         if todo:
-            self.status.update(run_points(self.study, todo, self.out, self.backend, self.progress, self.owned, self.messages))
+            stops = {p: stop_at(p) for p in todo} if stop_at is not None else None
+            self.status.update(run_points(self.study, todo, self.out, self.backend, self.progress, self.owned, self.messages,
+                                          stops, self.at_target))
+
+    def crossed(self, point: Point) -> bool:
+        """Whether the run's crossing is measured: it completed, or stopped at its target."""
+        return self.status.get(point) == "completed" or point in self.at_target
 
     def curve(self, point: Point) -> list[dict[str, float]]:
         if point not in self._curves:
@@ -77,17 +98,22 @@ class Runner:
         return float(curve[-1]["accuracy"]) if curve and self.status.get(point) == "completed" else math.nan
 
     def restricted(self, point: Point, target: float) -> float:
-        """``min(T̂, h)`` of a tuning run; NaN for a run that did not complete (no score)."""
-        if self.status.get(point) != "completed":
+        """``min(T̂, h)`` of a tuning run; NaN for a run that did not complete (no score). A run
+        stopped at its target holds every evaluation up to its crossing: the same score."""
+        if not self.crossed(point):
             return math.nan
         return min(crossing_of(self.curve(point), target, point.steps)["point"], float(point.steps))
 
 
 def _tune(runner: Runner, sources: dict[Source, CellKey], grids: dict[Source, list[float]], seeds: list[int],
           score: Callable[[Source, Point], float], smaller: bool, rounds: int, factor: float,
-          fallback: Callable[[Source, Point], float] | None = None, horizon: float | None = None) -> dict[Source, Any]:
+          fallback: Callable[[Source, Point], float] | None = None, horizon: float | None = None,
+          stop_at: Callable[[Point], float] | None = None) -> dict[Source, Any]:
     """Tune every source on ``grids`` (extended in place by the refinement rounds); returns each
-    source's :class:`~asyncfl.studies.tuning.Choice` (``lr`` ``None`` when every run failed)."""
+    source's :class:`~asyncfl.studies.tuning.Choice` (``lr`` ``None`` when every run failed).
+    ``stop_at``: the target each new run stops at (:meth:`Runner.run`). The fallback reads final
+    accuracies only where every run's score is the horizon: none reached the target before step
+    ``T``, so none was stopped early."""
     steps = runner.study.spec.steps
 
     def points(src: Source, lrs: list[float]) -> list[Point]:
@@ -107,7 +133,7 @@ def _tune(runner: Runner, sources: dict[Source, CellKey], grids: dict[Source, li
                 return pick
         return pick
 
-    runner.run([p for src in sources for p in points(src, grids[src])])
+    runner.run([p for src in sources for p in points(src, grids[src])], stop_at)
     for _ in range(rounds):
         extra: dict[Source, list[float]] = {}
         for src in sources:
@@ -120,7 +146,7 @@ def _tune(runner: Runner, sources: dict[Source, CellKey], grids: dict[Source, li
                 extra[src] = [float(f"{lr:.6g}") for lr in new]
         if not extra:
             break
-        runner.run([p for src, lrs in extra.items() for p in points(src, lrs)])
+        runner.run([p for src, lrs in extra.items() for p in points(src, lrs)], stop_at)
         for src, lrs in extra.items():
             grids[src] = sorted(grids[src] + lrs)
     return {src: chosen(src) for src in sources}
@@ -169,19 +195,24 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
             raise UsageError(_no_target(runner, ref[src], grids[src], seeds, src))
         targets[src[0]] = math.floor(spec.target.fraction * mean_final * spec.target.round_to) / spec.target.round_to
 
-    # 2. tune every cell on the restricted steps to its task's target
+    # 2. tune every cell on the restricted steps to its task's target (with tuning.stop_at_target each
+    # run not run yet stops at that target: the reference's runs of stage 1 are kept whole)
+    def at_target(point: Point) -> float:
+        return targets[point.task]
+
     if spec.tuning.score == "final":
         choices = _tune(runner, tuned, grids, seeds, lambda src, p: runner.final(p), False, spec.tuning.refine, spec.tuning.factor)
     else:
         choices = _tune(runner, tuned, grids, seeds, lambda src, p: runner.restricted(p, targets[src[0]]), True,
-                        spec.tuning.refine, spec.tuning.factor, fallback=lambda src, p: runner.final(p), horizon=float(steps))
+                        spec.tuning.refine, spec.tuning.factor, fallback=lambda src, p: runner.final(p), horizon=float(steps),
+                        stop_at=at_target if spec.tuning.stop_at_target else None)
     lr_of = {src: (pick.lr if pick is not None else min(grids[src])) for src, pick in choices.items()}
 
     # 3. evaluation
     # cell by cell in the spec's block order, all seeds of a cell together: a study stopped early
     # (--collect) has its first blocks complete, so list the blocks by priority
     evals = [(c, c.point(seed, lr_of[c.source], steps)) for c in cells for seed in spec.seeds]
-    runner.run([p for _, p in evals])
+    runner.run([p for _, p in evals], at_target if spec.evaluation.stop_at_target else None)
 
     tuning_rows = _tuning_rows(runner, tuned, grids, seeds, choices, stage1, targets)
     rows, curve_rows = _result_rows(runner, evals, targets, lr_of)
@@ -190,7 +221,7 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
     write_csv(out / "curves.csv", CURVE_FIELDS, curve_rows)
     write_report(out)
     return {"results": rows, "tuning": tuning_rows, "targets": targets, "lr": lr_of, "statuses": runner.status,
-            "messages": runner.messages}
+            "messages": runner.messages, "at_target": set(runner.at_target)}
 
 
 def _no_target(runner: Runner, cell: CellKey, lrs: list[float], seeds: list[int], src: Source) -> str:
@@ -214,7 +245,7 @@ def _tuning_rows(runner: Runner, tuned: dict[Source, CellKey], grids: dict[Sourc
         for lr in grids[src]:
             for seed in seeds:
                 p = cell.point(seed, lr, steps)
-                c = crossing_of(runner.curve(p), targets[src[0]], steps) if runner.status.get(p) == "completed" else None
+                c = crossing_of(runner.curve(p), targets[src[0]], steps) if runner.crossed(p) else None
                 rows.append({
                     "task": src[0], "privacy": src[1], "K": src[2], "method": src[3], "lr": lr, "seed": seed,
                     "target_accuracy": targets[src[0]], "horizon": steps,
@@ -223,6 +254,7 @@ def _tuning_rows(runner: Runner, tuned: dict[Source, CellKey], grids: dict[Sourc
                     "chosen": int(pick is not None and math.isclose(lr, pick.lr)),
                     "edge": int(pick is not None and math.isclose(lr, pick.lr) and pick.edge),
                     "reference": int(lr in stage1.get(src, [])), "run_dir": str(p.rel_dir()),
+                    "stopped_at_target": int(p in runner.at_target),
                 })
     return rows
 
@@ -234,14 +266,18 @@ def _result_rows(runner: Runner, evals: list[tuple[CellKey, Point]], targets: di
     for cell, p in evals:
         run_dir = out / p.rel_dir()
         status = runner.status.get(p, "")
-        metrics = runner.curve(p) if status in ("completed", "diverged") else []
+        stopped = p in runner.at_target  # its crossings are measured, its whole-run values are not (blank)
+        crossed = runner.crossed(p)
+        metrics = runner.curve(p) if status in ("completed", "diverged") or stopped else []
         target = targets[p.task]
         done = status == "completed"
-        step = crossing_of(metrics, target, p.steps) if done else {"low": float(p.steps), "high": math.inf,
-                                                                     "point": float(p.steps), "reached": False}
-        vtime = crossing_of(metrics, target, p.steps, axis="time") if done else {"low": math.nan, "high": math.nan,
-                                                                                 "point": math.nan, "reached": False}
+        step = crossing_of(metrics, target, p.steps) if crossed else {"low": float(p.steps), "high": math.inf,
+                                                                        "point": float(p.steps), "reached": False}
+        vtime = crossing_of(metrics, target, p.steps, axis="time") if crossed else {"low": math.nan, "high": math.nan,
+                                                                                    "point": math.nan, "reached": False}
         priv = privacy_of(run_dir)
+        if stopped:  # the ε spent by its stop, not by step T: not measured (σ and ξ are calibrated for T steps)
+            priv.update(epsilon_spent=math.nan, epsilon_client_max=math.nan, epsilon_client_p50=math.nan)
         sc = study.scenario(p)
         A = own_coefficients(run_dir, p.method) if done else None
         gain = noise_gain(A, p.lr) if A is not None else math.nan
@@ -251,7 +287,7 @@ def _result_rows(runner: Runner, evals: list[tuple[CellKey, Point]], targets: di
             "dp": int(p.dp), "lr": p.lr, "lr_from": cell.lr_from or "", "target_accuracy": target, "horizon": p.steps,
             "reached": int(step["reached"]), "cross_low": step["low"], "cross_high": step["high"], "cross_point": step["point"],
             "time_low": vtime["low"], "time_high": vtime["high"], "time_point": vtime["point"],
-            "time_end": metrics[-1]["time"] if metrics else math.nan,
+            "time_end": metrics[-1]["time"] if metrics and not stopped else math.nan,
             "final_accuracy": metrics[-1]["accuracy"] if done and metrics else math.nan,
             "best_accuracy": max((r["accuracy"] for r in metrics), default=math.nan) if done else math.nan,
             "final_loss": metrics[-1]["loss"] if done and metrics else math.nan,
@@ -264,6 +300,7 @@ def _result_rows(runner: Runner, evals: list[tuple[CellKey, Point]], targets: di
             "counts": sc.privacy.counts if p.dp else "", "noise": sc.privacy.noise if p.dp else "",
             "sampling": sc.privacy.sampling if p.dp else "",
             "status": status, "run_dir": str(p.rel_dir()), "message": runner.messages.get(p, ""),
+            "stopped_at_target": int(stopped),
         })
         for r in metrics:
             curves.append({"task": p.task, "privacy": p.privacy, "K": p.K, "method": p.method, "seed": p.seed,

@@ -60,11 +60,31 @@ class ReviewTuning(_Section):
     (:func:`asyncfl.studies.tuning.refine`); the score is the restricted mean steps to the
     target over the tuning seeds (``score = "rmst"``, smaller is better) or the mean final
     accuracy (``score = "final"``, larger is better: a design whose primary metric is the final
-    accuracy is tuned on it)."""
+    accuracy is tuned on it). ``stop_at_target`` (``score = "rmst"`` only) stops each tuning run
+    at the first evaluation reaching its task's target (docs/studies.md §2.1): its score, the
+    crossing, is read from evaluations the stopped run holds exactly, so the chosen rates are
+    those of the runs to ``T``; the reference's runs that fix the target are never stopped."""
 
     score: Literal["rmst", "final"] = "rmst"
     refine: Annotated[int, Field(ge=0, le=5)] = 1
     factor: Annotated[float, Field(gt=1, le=10)] = 2.0
+    stop_at_target: bool = False
+
+
+#: what an evaluation run gives the report (docs/ma-review.md §3): everything, or its crossings alone
+Reads = Literal["everything", "crossings"]
+
+
+class ReviewEvaluation(_Section):
+    """What the evaluation runs are read for. ``reads = "crossings"`` declares that the study
+    reads nothing from them but the times to the target (the crossings, docs/studies.md §2);
+    only then may ``stop_at_target`` stop each evaluation run at the first evaluation reaching
+    the target (docs/studies.md §2.1). A stopped run's final accuracy, ε spent and bias of all
+    ``T`` steps are not measured: the tables leave them blank and the report prints "not
+    measured"."""
+
+    reads: Reads = "everything"
+    stop_at_target: bool = False
 
 
 class Cell(_Section):
@@ -90,11 +110,16 @@ class ReviewSpec(_Section):
     ma_target: Literal["momentum", "nesterov"] = "momentum"
     target: TargetEntry = TargetEntry()
     tuning: ReviewTuning = ReviewTuning()
+    evaluation: ReviewEvaluation = ReviewEvaluation()
     lr_grid: LrGrid
     defaults: dict[str, Any] = {}
     tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=20)]
     privacy: Annotated[list[PrivacyEntry], Field(max_length=40)] = []
     cells: Annotated[list[Cell], Field(min_length=1, max_length=100)]
+
+    def stops(self) -> bool:
+        """Whether any run of the study is stopped at its target (tuning or evaluation)."""
+        return self.tuning.stop_at_target or self.evaluation.stop_at_target
 
     def methods(self) -> list[str]:
         """Every method a cell names, in the cells' order."""
@@ -105,7 +130,10 @@ class ReviewSpec(_Section):
         computed from: everything the runs follow from, laid out as the first study engine laid
         it out (``analysis/ma_study``, removed after commit b6a6716: its spec's keys, with the
         defaults of those the review never sets), so a folder started before the engine moved
-        keeps its digest and resumes (tests/test_ma_review_spec.py pins it)."""
+        keeps its digest and resumes (tests/test_ma_review_spec.py pins it). The target stops
+        (``tuning.stop_at_target``, ``evaluation.stop_at_target``) change the runs, so a spec that
+        sets one has another digest; a spec that sets neither adds no key (its digest is as
+        before). ``evaluation.reads`` changes no run and is not in it."""
         dumped = self.model_dump(mode="json", by_alias=True, include={"lr_grid", "defaults", "tasks"})
         labels = {label for c in self.cells for label in c.privacy}
         dp = ([False] if NODP in labels else []) + ([True] if labels - {NODP} or not labels else [])
@@ -118,11 +146,13 @@ class ReviewSpec(_Section):
             "privacy": [p.model_dump(mode="json", by_alias=True, exclude={"noise_multiplier"} if p.noise_multiplier is None else None)
                         for p in self.privacy or [PrivacyEntry()]],
             "tuning": {"steps": None, "seed": 0, "dp": "tune", "widen": 0}, "pooled_steps": 0,
+            **({"stop_at_target": {"tuning": self.tuning.stop_at_target, "evaluation": self.evaluation.stop_at_target}}
+               if self.stops() else {}),
         }
 
 
 _MODEL_AT: dict[str, type[BaseModel]] = {"": ReviewSpec, "tasks": TaskEntry, "privacy": PrivacyEntry, "tuning": ReviewTuning, "lr_grid": LrGrid,
-             "target": TargetEntry, "cells": Cell}
+             "target": TargetEntry, "cells": Cell, "evaluation": ReviewEvaluation}
 
 
 def _loc_text(loc: tuple[Any, ...]) -> str:
@@ -197,10 +227,27 @@ def parse_review(raw: dict[str, Any], source: str | None = None) -> ReviewSpec:
                         "(the target is its final accuracy on the tuning seeds)")
     if len({c.name for c in spec.cells}) != len(spec.cells):
         problems.append("cells: names must be unique")
+    problems += _stop_problems(spec)
     problems += _setting_problems(spec)
     if problems:
         raise StudyError(problems, source)
     return spec
+
+
+def _stop_problems(spec: ReviewSpec) -> list[str]:
+    """A target stop only where what is read from the stopped runs is their crossing
+    (docs/studies.md §2.1): tuning by restricted steps to the target, an evaluation declared to
+    read crossings alone."""
+    problems = []
+    if spec.tuning.stop_at_target and spec.tuning.score != "rmst":
+        problems.append(f"tuning.stop_at_target: needs tuning.score = 'rmst'; with score = {spec.tuning.score!r} a tuning "
+                        "run is scored by its final accuracy, which a run stopped at its target does not measure (it ends "
+                        "at its crossing, not at step T)")
+    if spec.evaluation.stop_at_target and spec.evaluation.reads != "crossings":
+        problems.append(f"evaluation.stop_at_target: needs evaluation.reads = 'crossings' (got {spec.evaluation.reads!r}); "
+                        "a run stopped at its target has no final accuracy, no ε spent over its T steps and no bias of all "
+                        "T steps, which the evaluation reads unless the spec declares it reads the crossings alone")
+    return problems
 
 
 def _setting_problems(spec: ReviewSpec) -> list[str]:
