@@ -21,7 +21,7 @@ from asyncfl.compute.training import LocalJob, batch_schedule, sgd_train
 from asyncfl.errors import ScenarioError
 from asyncfl.run.runner import run_to_dir_blocking
 
-from conftest import make_raw, make_scenario
+from conftest import make_raw, make_scenario, whole_and_resumed
 
 MNIST1D_CNN = {"task": {"name": "mnist1d", "model": "cnn"}, "population.clients": 12, "server.concurrency": 4,
                "server.buffer": 2, "run.steps": 6, "run.eval_every": 3, "client.lr": 0.1}
@@ -146,6 +146,13 @@ def test_bf16_reaches_every_executor_through_its_context(executor, tmp_path):
     run_to_dir_blocking(make_scenario({**base, "run.executor": executor, "run.workers": 2}), tmp_path / executor)
     (csv_a, model_a, _), (csv_b, model_b, _) = _files(tmp_path / "inline"), _files(tmp_path / executor)
     assert csv_a == csv_b and _same_model(model_a, model_b)
+
+
+def test_a_bf16_run_resumes_exactly_at_bf16(tmp_path):
+    """The scenario saved with the run carries run.precision: a resumed bf16 run continues at bf16
+    and ends with the uninterrupted run's files (and the summary says bf16)."""
+    _, cut = whole_and_resumed(make_scenario({**MLP, "run.precision": "bf16", "run.checkpoint_every": 2}), tmp_path)
+    assert _files(cut)[2]["precision"] == "bf16"
 
 
 def test_the_bf16_solver_is_picklable_and_keeps_what_it_wraps():
