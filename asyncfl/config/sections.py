@@ -93,7 +93,7 @@ PRECISIONS = ("fp32", "bf16")
 
 def _precision(value: Any) -> str:
     """``run.precision``: "fp32" or "bf16" (one message for any other value)."""
-    if value in PRECISIONS and isinstance(value, str):
+    if isinstance(value, str) and value in PRECISIONS:
         return value
     raise ValueError('must be "fp32" or "bf16"')
 
