@@ -8,7 +8,10 @@ with the mechanism's setup), the protocol, the update hook, the local solver and
 The random streams are made here too, so parts that draw share the run's streams. The device
 ``run.device`` names is resolved here (:mod:`asyncfl.compute.device`): the task is placed on it,
 and the algorithm, the aggregator and the executor compute where the task's tensors are; the
-streams stay on the CPU. Everything below this module receives objects; nothing below it reads
+streams stay on the CPU. ``run.precision`` reaches local training the same way, through the
+executor's context: its solver is wrapped to train at that precision
+(:mod:`asyncfl.compute.precision`), and a precision the task or device cannot take is refused
+here. Everything below this module receives objects; nothing below it reads
 a whole scenario.
 
 Overrides replace a built part (``compose(sc, task=my_task)``, ``fleet=...``, ``availability=...``
@@ -36,6 +39,7 @@ from asyncfl.components.contracts import BuildContext
 from asyncfl.compute import device as devices
 from asyncfl.config.batching import BatchedChoice, batched_problems, choose_batched
 from asyncfl.compute.executors import Executor, ExecutorContext, TaskRecipe
+from asyncfl.compute.precision import at_precision, bf16_supported, precision_problems
 from asyncfl.compute.solvers import LocalSolver
 from asyncfl.compute.training import LocalJob
 from asyncfl.config import checks
@@ -78,6 +82,7 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
         check_device_memory(scenario, devices.device_memory(device), str(device))
         task = scenario.component("task").make(scenario.task, task_ctx)
     task = devices.place_task(task, device)
+    refuse_precision(scenario, task)
     ctx = ctx.with_(task=task)
     streams = dict(ctx.streams)
     private_setup, aggregator = private_aggregator(scenario, task.dim) if scenario.privacy.enabled else (None, None)
@@ -93,7 +98,7 @@ def compose(scenario: Scenario, **overrides: Any) -> Parts:
     participation = (_private_participation(private_setup, scenario.seed) if private_setup is not None
                      else ParticipationRule() if one_upload_per_client(scenario) else None)
     return Parts(
-        task=task, fleet=fleet, algorithm=algorithm, protocol=protocol, hook=hook, settings=settings(scenario),
+        task=task, fleet=fleet, algorithm=algorithm, protocol=protocol, hook=hook, settings=settings(scenario, task),
         streams=streams, make_executor=executor_factory(scenario, task, recipe),
         executor=overrides.get("executor"), privacy_setup=private_setup,
         private_aggregator=aggregator if private_setup is not None else None,
@@ -133,8 +138,9 @@ def context(scenario: Scenario, streams: dict[str, np.random.Generator] | None =
     )
 
 
-def settings(scenario: Scenario) -> RunSettings:
-    """What the engine reads of the scenario besides its parts."""
+def settings(scenario: Scenario, task: Task | None = None) -> RunSettings:
+    """What the engine reads of the scenario besides its parts (``task``: the built task, placed
+    on the run's device; None: on the CPU)."""
     server, run = scenario.server, scenario.run
     return RunSettings(
         name=scenario.name, protocol=server.protocol, algorithm=server.algorithm,
@@ -144,15 +150,36 @@ def settings(scenario: Scenario) -> RunSettings:
         staleness_columns=num_staleness(scenario), steps=run.steps, eval_every=run.eval_every,
         max_update_norm=run.max_update_norm, train_loss=run.train_loss, torch_threads=run.torch_threads,
         divergence_loss=run.divergence_loss, divergence_factor=run.divergence_factor,
-        batched=batched_choice(scenario),
+        batched=batched_choice(scenario, task), device=_device_name(task), precision=run.precision,
     )
 
 
-def batched_choice(scenario: Scenario) -> BatchedChoice:
+def batched_choice(scenario: Scenario, task: Task | None = None) -> BatchedChoice:
     """Batched or job by job for ``scenario`` (``run.batched``; ``"auto"`` resolved from the
-    executor's, the solver's and the task's traits by :func:`asyncfl.config.batching.choose_batched`)."""
+    executor's, the solver's and the task's traits, the device ``task`` is placed on and its
+    ``batched_on_accelerator``, by :func:`asyncfl.config.batching.choose_batched`; no task: the CPU)."""
     return choose_batched(scenario.run.batched, scenario.component("executor").traits,
-                          scenario.component("solver").traits, scenario.component("task").traits)
+                          scenario.component("solver").traits, scenario.component("task").traits,
+                          device=_device_name(task),
+                          batched_on_accelerator=True if task is None else task.batched_on_accelerator)
+
+
+def _device_name(task: Task | None) -> str:
+    """The resolved device the run computes on: ``task``'s (where compose placed it), or the CPU."""
+    return "cpu" if task is None else str(devices.device_of(task))
+
+
+def refuse_precision(scenario: Scenario, task: Task) -> None:
+    """Refuse ``run.precision`` where it makes no sense for ``task`` on its device
+    (:func:`asyncfl.compute.precision.precision_problems`): a :class:`ScenarioError`, exit 2."""
+    precision = scenario.run.precision
+    if precision == "fp32":  # the default asks torch nothing
+        return
+    device = devices.device_of(task)
+    problems = precision_problems(precision, task=scenario.task.name, dtype=task.dtype, device=str(device),
+                                  bf16=bf16_supported(device))
+    if problems:
+        raise ScenarioError(problems)
 
 
 def num_staleness(scenario: Scenario) -> int | None:
@@ -288,7 +315,8 @@ def executor_factory(scenario: Scenario, task: Task, recipe: TaskRecipe | None =
     if problems:
         raise ScenarioError(problems)
     # the executors read the path the run takes (a bool), never the request
-    run = run.model_copy(update={"batched": batched_choice(scenario).batched})
-    device = "cpu" if task is None else str(devices.device_of(task))  # where compose placed the task
-    ectx = ExecutorContext(task, scenario.client, build_solver(scenario), run, recipe, device)
+    run = run.model_copy(update={"batched": batched_choice(scenario, task).batched})
+    device = _device_name(task)  # where compose placed the task
+    ectx = ExecutorContext(task, scenario.client, at_precision(build_solver(scenario), run.precision), run,
+                           recipe, device)
     return functools.partial(executor.make, None, ectx)

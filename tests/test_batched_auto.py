@@ -1,9 +1,12 @@
-"""``run.batched = "auto"`` (the default): batched training only where the executor, the solver and
-the task allow it with the same bits as job by job, decided once from their declared traits
-(asyncfl/config/batching.py, docs/guide.md "Batched training")."""
+"""``run.batched = "auto"`` (the default): on the CPU, batched training only where the executor, the
+solver and the task allow it with the same bits as job by job; on an accelerator, where they batch
+and the task declares that it batches there (``Task.batched_on_accelerator``); decided once from
+their declared traits and the device (asyncfl/config/batching.py, docs/guide.md "Batched
+training")."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Literal
 
@@ -11,6 +14,8 @@ import pytest
 import torch
 
 from asyncfl.components.core import Component
+from asyncfl.compose import batched_choice, compose
+from asyncfl.compute import device as devices
 from asyncfl.components.registry import register, unregister
 from asyncfl.components.traits import ExecutorTraits, SolverTraits, TaskTraits
 from asyncfl.config.batching import choose_batched
@@ -34,6 +39,27 @@ EXACT, ROUNDED = TaskTraits(batched_exact=True), TaskTraits()
 def test_auto_batches_only_where_every_part_batches_with_the_same_bits(executor, solver, task, batched):
     choice = choose_batched("auto", executor, solver, task)
     assert choice.batched is batched and choice.why.startswith("auto: ")
+
+
+@pytest.mark.parametrize("device, executor, solver, on_accelerator, batched, why", [
+    ("cuda:0", BATCHES, SGD, True, True, "auto: on cuda:0, executor, solver and task batch"),  # bit-identity is not asked
+    ("mps", BATCHES, SGD, False, False, "auto: on mps, the task does not batch on an accelerator"),  # the LSTM
+    ("cuda:1", LOOPS, SGD, True, False, "auto: the executor trains one job at a time"),
+    ("cuda:0", BATCHES, ADAM, True, False, "auto: the solver trains one job at a time"),
+    ("cpu", BATCHES, SGD, True, False, "auto: the task's batched training equals job by job only to round-off"),
+])
+def test_auto_on_an_accelerator_follows_the_tasks_batched_on_accelerator_and_on_the_cpu_asks_exactness(
+        device, executor, solver, on_accelerator, batched, why):
+    """On an accelerator job by job is no more bit-identical to the CPU than batched is, so
+    ``"auto"`` batches where the executor and the solver can and the task declares
+    ``batched_on_accelerator``, even without ``batched_exact``; on the CPU nothing changes."""
+    choice = choose_batched("auto", executor, solver, ROUNDED, device=device, batched_on_accelerator=on_accelerator)
+    assert choice.batched is batched and choice.why.startswith(why)
+
+
+def test_an_explicit_request_is_taken_as_given_on_any_device():
+    assert choose_batched(False, BATCHES, SGD, ROUNDED, device="cuda:0").batched is False
+    assert choose_batched(True, BATCHES, SGD, ROUNDED, device="mps", batched_on_accelerator=False).batched is True
 
 
 def test_an_explicit_request_is_taken_as_given():
@@ -99,3 +125,14 @@ def test_auto_batches_a_task_that_declares_its_batched_training_exact(tmp_path):
     (auto_csv, auto_model, auto_summary), (loop_csv, loop_model, _) = _files(auto), _files(loop)
     assert auto_summary["batched"] is True and auto_summary["batched_why"].startswith("auto: executor, solver and task")
     assert auto_csv == loop_csv and _same_model(auto_model, loop_model)
+
+
+def test_the_composition_root_decides_auto_on_the_device_the_task_is_placed_on():
+    """``asyncfl.compose.batched_choice`` reads the device from the placed task (torch's ``meta``
+    device stands in for an accelerator) and the task's own ``batched_on_accelerator``."""
+    scenario = make_scenario()
+    task = compose(scenario).task
+    assert batched_choice(scenario, task) == batched_choice(scenario) and not batched_choice(scenario, task).batched
+    placed = devices.place_task(task, torch.device("meta"))
+    assert batched_choice(scenario, placed).batched and "on meta" in batched_choice(scenario, placed).why
+    assert not batched_choice(scenario, dataclasses.replace(placed, batched_on_accelerator=False)).batched

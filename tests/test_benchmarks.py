@@ -170,17 +170,28 @@ def test_startup_benchmark_times_a_run_against_importing_torch(capsys):
     assert "overhead over importing torch" in out and "(CPU)" in out and "load average" in out
 
 
-@pytest.mark.slow
-def test_bf16_accuracy_benchmark_trains_both_precisions_alike():
-    """benchmarks/bf16_accuracy.py at a toy size: the same cohorts and batches, so fp32 and bf16
-    start from the same model and end close but not equal."""
-    from benchmarks import bf16_accuracy as bf
-    from asyncfl.components.contracts import BuildContext
-    from asyncfl.config.datasets import FEMNISTTwinTask
-    from asyncfl.tasks.femnist_twin import build_femnist_twin
+def test_bf16_accuracy_benchmarks_t_interval_is_students():
+    """Paired differences 0.01, 0.03, 0.02: mean 0.02, s = 0.01, t_{2, 0.975} = 4.302653, so the
+    95 % interval is 0.02 ± 4.302653 · 0.01 / √3 = 0.02 ± 0.0248414."""
+    from benchmarks.bf16_accuracy import t_interval
 
-    task = build_femnist_twin(FEMNISTTwinTask(users=2), BuildContext(clients=2, seed=0))
-    fp32 = bf.local(task, task.initial_theta, 0, 5, bf16=False)
-    bf16 = bf.local(task, task.initial_theta, 0, 5, bf16=True)
-    assert not torch.equal(fp32, bf16)
-    assert torch.allclose(fp32, bf16, atol=1e-2)
+    mean, low, high = t_interval([0.01, 0.03, 0.02])
+    assert mean == pytest.approx(0.02) and low == pytest.approx(0.02 - 0.0248414, abs=1e-7)
+    assert high == pytest.approx(0.02 + 0.0248414, abs=1e-7)
+
+
+@pytest.mark.slow
+def test_bf16_accuracy_benchmark_runs_both_precisions_through_asyncfl(capsys):
+    """benchmarks/bf16_accuracy.py at a toy size: two seeds of a 2-step MNIST-1D CNN run at fp32
+    and at bf16 (run.precision), each seed's accuracies, the paired difference with its t
+    interval and the CPU ratio printed."""
+    import argparse
+
+    from benchmarks import bf16_accuracy as bf
+
+    femnist = bf.scenario("femnist", 0, "bf16", argparse.Namespace(mnist1d_steps=2, femnist_steps=2, femnist_users=4))
+    assert femnist["run"]["precision"] == "bf16" and femnist["task"] == {"name": "femnist-twin", "users": 4}
+    assert bf.main(["--workloads", "mnist1d", "--seeds", "0", "1", "--mnist1d-steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("mnist1d seed ") == 2 and "paired Δ (bf16 − fp32)" in out and "95 % t interval [" in out
+    assert "nan" not in out

@@ -584,7 +584,9 @@ def _copy_rows(src: asyncio.Future, dsts: list[asyncio.Future], device: torch.de
 # executor component (asyncfl.components.builtin).
 class ExecutorContext(NamedTuple):
     """What an executor's builder is told (docs/architecture.md §4): the built task, the
-    ``[client]`` section its solver reads, the solver ``client.solver`` names, the ``[run]``
+    ``[client]`` section its solver reads, the solver ``client.solver`` names at the run's
+    precision (``run.precision``: for bf16 wrapped to train under autocast,
+    :func:`asyncfl.compute.precision.at_precision`; workers receive it pickled), the ``[run]``
     section (``run.workers``, ``run.batched``, …), how a worker rebuilds the task (None: the
     task was given by hand, workers receive its data) and the device the run computes on (the
     task's; ``run.device`` resolved, :mod:`asyncfl.compute.device`)."""

@@ -202,6 +202,7 @@ def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> li
     as :func:`sgd_train`); batches of unequal size (different ``n_k``, the last batch of an
     epoch, full batches) are padded with a real sample and masked out of the mean. The result
     equals per-client training to float round-off (the masked mean sums in another order).
+    Under autocast (``run.precision = "bf16"``) MLP classifiers take ``vmap`` too.
     A task that does not batch on its device (:func:`~asyncfl.compute.device.batches_on`: its
     ``batched_training`` trait on the CPU, ``batched_on_accelerator`` on an accelerator) is trained
     job by job (docs/tasks.md §9).
@@ -221,7 +222,12 @@ def sgd_train_batched(task: Task, cfg: ClientConfig, jobs: list[LocalJob]) -> li
             steps = steps_of[n] = local_steps_count(n, cfg)
         groups.setdefault((id(job.start), id(job.centre), job.mu, steps), []).append(i)
     out: list[torch.Tensor] = [None] * len(jobs)  # type: ignore[list-item]
-    layers = mlp_layers(task)
+    # under autocast (run.precision = "bf16", asyncfl.compute.precision) the fused MLP path, whose
+    # products are written by hand into float32 buffers, gives way to vmap and autograd, which
+    # autocast covers as it covers job-by-job training
+    kind = device_of(task).type
+    autocast = torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind)
+    layers = None if autocast else mlp_layers(task)
     for members in groups.values():
         if len(members) == 1:  # nothing to batch: the plain loop is cheaper than the set-up
             out[members[0]] = sgd_train(task, cfg, jobs[members[0]])

@@ -87,6 +87,19 @@ def _batched(value: Any) -> bool | Literal["auto"]:
 
 Batched = Annotated[bool | Literal["auto"], PlainValidator(_batched)]
 
+#: run.precision's values (asyncfl.compute.precision): fp32, or bf16 autocast in local training
+PRECISIONS = ("fp32", "bf16")
+
+
+def _precision(value: Any) -> str:
+    """``run.precision``: "fp32" or "bf16" (one message for any other value)."""
+    if isinstance(value, str) and value in PRECISIONS:
+        return value
+    raise ValueError('must be "fp32" or "bf16"')
+
+
+Precision = Annotated[Literal["fp32", "bf16"], PlainValidator(_precision)]
+
 
 class RunConfig(Section):
     """Length, evaluation, placement of compute, checkpoints and numerical guards."""
@@ -105,6 +118,9 @@ class RunConfig(Section):
     # where the model, the data, training and the server compute (asyncfl.compute.device):
     # "cpu", "cuda", "cuda:N", "mps" or "auto" (cuda, else mps, else cpu); docs/guide.md §7
     device: str = "cpu"
+    # the arithmetic of local training (asyncfl.compute.precision): "fp32", or "bf16" — bf16
+    # autocast around the client solver's training, parameters and server in fp32; docs/guide.md §7
+    precision: Precision = "fp32"
     ray_address: str | None = None
     # torch intra-op threads. Client models are small: one thread per job is fastest, and
     # parallelism across clients comes from the executor. 0 = leave torch's default.

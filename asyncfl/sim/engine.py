@@ -588,6 +588,9 @@ class Simulation:
             # the training path that ran (run.batched; "auto" resolved, docs/guide.md §"Batched training")
             "batched": settings.batched.batched,
             "batched_why": settings.batched.why,
+            # where and in what arithmetic it computed (run.device resolved, run.precision; docs/guide.md §7)
+            "device": settings.device,
+            "precision": settings.precision,
             "private": self.privacy_setup is not None,
             "steps": self.steps_done,
             "virtual_time": self.env.now,

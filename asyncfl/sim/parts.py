@@ -53,6 +53,8 @@ class RunSettings:
     divergence_loss: float = float("inf")
     divergence_factor: float = float("inf")
     batched: BatchedChoice = BatchedChoice(False, "run.batched = false")
+    device: str = "cpu"  # run.device resolved (the task's device)
+    precision: str = "fp32"  # run.precision
 
 
 @dataclass(frozen=True)
