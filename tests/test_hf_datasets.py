@@ -182,3 +182,11 @@ def test_the_cli_and_validate_never_import_datasets(hf, tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(scenario)], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
+
+
+def test_every_offered_partitioner_has_a_builder():
+    """The partitioners ``task.partitioner`` accepts (config) are exactly those the reader builds."""
+    from asyncfl.config.datasets import HF_PARTITIONERS
+    from asyncfl.datasets.hf import _PARTITIONERS
+
+    assert set(_PARTITIONERS) == set(HF_PARTITIONERS)

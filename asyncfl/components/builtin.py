@@ -172,11 +172,18 @@ COMPONENTS: tuple[Component, ...] = (
 
     # -- protocols (docs/protocol.md) -----------------------------------------------------------------
     Component("protocol", "fedbuff", "asyncfl.sim.protocols:FedBuffProtocol", FedBuffConfig,
-              ProtocolTraits(in_flight_key="concurrency", stale=True, resolve=checks.resolve_fedbuff, check=checks.check_fedbuff),
+              ProtocolTraits(in_flight_key="concurrency", stale=True, resolve=checks.resolve_fedbuff, check=checks.check_fedbuff,
+                             not_poisson=("FedBuff does not sample: it dispatches from the idle population as others arrive, a "
+                                          "client in flight cannot be picked and one whose upload a step just took can be "
+                                          "dispatched again at once, so amplification by subsampling does not follow from the "
+                                          "protocol")),
               state=("asyncfl.sim.state:FedBuffState", "asyncfl.sim.state:WaiterState"),
               summary="K clients train at a time, the server steps every C uploads"),
     Component("protocol", "sync", "asyncfl.sim.protocols:SyncProtocol", SyncConfig,
-              ProtocolTraits(in_flight_key="cohort", stale=False, resolve=checks.resolve_sync, check=checks.check_sync),
+              ProtocolTraits(in_flight_key="cohort", stale=False, resolve=checks.resolve_sync, check=checks.check_sync,
+                             not_poisson=("a synchronous cohort is a fixed-size sample without replacement of the idle, online "
+                                          "clients (with over-selection only its first C arrivals contribute), not a Poisson "
+                                          "sample")),
               state=("asyncfl.sim.state:SyncState", "asyncfl.sim.state:WaiterState"),
               summary="rounds: a cohort is sampled, the first C arrivals are accepted"),
 

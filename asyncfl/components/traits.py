@@ -118,12 +118,15 @@ class ProtocolTraits(Traits):
     of ``[server]`` keys (checked: ``buffer`` and ``in_flight_key`` must end up positive
     integers); ``drops``: the reasons it may drop an arrived upload for (``Host.drop``), each with
     its own counter (``updates_dropped_<reason>`` in the summary) and ``updates.csv`` reason —
-    lower-case words joined by ``-``, none of the engine's own (:data:`ENGINE_REASONS`)."""
+    lower-case words joined by ``-``, none of the engine's own (:data:`ENGINE_REASONS`);
+    ``not_poisson``: why the protocol's choice of clients is not a Poisson sample of the
+    population, which the Poisson sampling assumption's statement quotes (docs/privacy.md §5)."""
 
     in_flight_key: str = "concurrency"
     stale: bool = True
     resolve: Callable[["Scenario"], Mapping[str, Any]] | None = None
     drops: tuple[str, ...] = ("stale",)
+    not_poisson: str = "the protocol does not declare how it chooses its clients"
 
     def __post_init__(self) -> None:
         for reason in self.drops:

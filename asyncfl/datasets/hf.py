@@ -33,7 +33,7 @@ import io
 import logging
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -146,26 +146,27 @@ def image_arrays(ds: Any, image: str, label: str, side: int, channels: int, clas
     return x, y
 
 
+#: each ``task.partitioner`` → how Flower Datasets builds it from (its module, the task's keys,
+#: the number of clients, the column partitioned by); the keys of HF_PARTITIONERS (config)
+_PARTITIONERS: dict[str, Callable[[Any, Any, int, str], Any]] = {
+    "iid": lambda fp, cfg, n, by: fp.IidPartitioner(num_partitions=n),
+    "dirichlet": lambda fp, cfg, n, by: fp.DirichletPartitioner(
+        num_partitions=n, partition_by=by, alpha=cfg.alpha, min_partition_size=cfg.min_partition_size,
+        self_balancing=cfg.self_balancing, shuffle=cfg.shuffle, seed=cfg.partition_seed),
+    "pathological": lambda fp, cfg, n, by: fp.PathologicalPartitioner(
+        num_partitions=n, partition_by=by, num_classes_per_partition=cfg.classes_per_partition,
+        class_assignment_mode=cfg.class_assignment, shuffle=cfg.shuffle, seed=cfg.partition_seed),
+    "shard": lambda fp, cfg, n, by: fp.ShardPartitioner(
+        num_partitions=n, partition_by=by, num_shards_per_partition=cfg.shards_per_partition, shuffle=cfg.shuffle,
+        seed=cfg.partition_seed),
+    "natural-id": lambda fp, cfg, n, by: fp.NaturalIdPartitioner(partition_by=by),
+}
+
+
 def make_partitioner(cfg: Any, num_clients: int) -> Any:
     """The Flower Datasets partitioner ``cfg.partitioner`` names, with the task's keys."""
     _, fp = import_hf()
-    by = cfg.partition_by or cfg.label
-    if cfg.partitioner == "iid":
-        return fp.IidPartitioner(num_partitions=num_clients)
-    if cfg.partitioner == "dirichlet":
-        return fp.DirichletPartitioner(num_partitions=num_clients, partition_by=by, alpha=cfg.alpha,
-                                       min_partition_size=cfg.min_partition_size, self_balancing=cfg.self_balancing,
-                                       shuffle=cfg.shuffle, seed=cfg.partition_seed)
-    if cfg.partitioner == "pathological":
-        return fp.PathologicalPartitioner(num_partitions=num_clients, partition_by=by,
-                                          num_classes_per_partition=cfg.classes_per_partition,
-                                          class_assignment_mode=cfg.class_assignment, shuffle=cfg.shuffle,
-                                          seed=cfg.partition_seed)
-    if cfg.partitioner == "shard":
-        return fp.ShardPartitioner(num_partitions=num_clients, partition_by=by,
-                                   num_shards_per_partition=cfg.shards_per_partition, shuffle=cfg.shuffle,
-                                   seed=cfg.partition_seed)
-    return fp.NaturalIdPartitioner(partition_by=by)
+    return _PARTITIONERS[cfg.partitioner](fp, cfg, num_clients, cfg.partition_by or cfg.label)
 
 
 def partition_rows(train: Any, cfg: Any, num_clients: int, seed: int, root: Path) -> list[tuple[str, np.ndarray]]:

@@ -232,11 +232,13 @@ def schema_of(privacy_cfg: Any) -> tuple[int | None, int]:
 
 def run_shape(privacy_cfg: Any, protocol: str, clients: int, buffer: int, steps: int) -> RunShape:
     """What the sampling assumption knows of a run (:class:`~asyncfl.privacy.sampling.RunShape`):
-    ``M = privacy.noise_cohort`` (``C`` when not given) and the schema (k, b) (:func:`schema_of`)."""
+    ``M = privacy.noise_cohort`` (``C`` when not given), the schema (k, b) (:func:`schema_of`) and
+    the protocol's account of why its choice of clients is not a Poisson sample (its traits)."""
     cohort = int(buffer) if privacy_cfg.noise_cohort is None else int(privacy_cfg.noise_cohort)
     k, b = schema_of(privacy_cfg)
     return RunShape(protocol=protocol, clients=int(clients), buffer=int(buffer), noise_cohort=cohort,
-                    steps=int(steps), max_participations=k, min_separation=b, allotment=allotment_of(privacy_cfg))
+                    steps=int(steps), max_participations=k, min_separation=b, allotment=allotment_of(privacy_cfg),
+                    not_poisson=REGISTRY.get("protocol", protocol).traits.not_poisson)
 
 
 def allotment_of(privacy_cfg: Any) -> tuple[int, int] | None:

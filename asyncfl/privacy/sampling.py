@@ -44,6 +44,7 @@ class RunShape(NamedTuple):
     max_participations: int | None  # k (participation-cap only)
     min_separation: int = 1  # b: server steps between two contributions of a client (participation-cap only)
     allotment: tuple[int, int] | None = None  # (k, t): k of every t steps per client (random-allocation only)
+    not_poisson: str = "the protocol does not say how it chooses its clients"  # its ProtocolTraits.not_poisson
 
 
 class SamplingAssumption(ABC):
@@ -97,13 +98,7 @@ class Poisson(SamplingAssumption):
 
     def statement(self, shape: RunShape) -> str:
         q = self.rate(shape)
-        if shape.protocol == "sync":
-            why = ("a synchronous cohort is a fixed-size sample without replacement of the idle, online clients "
-                   "(with over-selection only its first C arrivals contribute), not a Poisson sample")
-        else:
-            why = ("FedBuff does not sample: it dispatches from the idle population as others arrive, a client in "
-                   "flight cannot be picked and one whose upload a step just took can be dispatched again at once, so "
-                   "amplification by subsampling does not follow from the protocol")
+        why = shape.not_poisson  # the protocol's own account (ProtocolTraits.not_poisson)
         return (f"an approximation: every one of the {shape.steps} steps is accounted as a Poisson sample of the "
                 f"population at rate q = M/N = {q:.4g}, but {why} (docs/privacy.md §5)")
 
