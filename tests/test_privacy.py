@@ -230,7 +230,7 @@ def test_noise_has_std_sigma_S_on_every_coordinate_and_counts_std_xi():
     assert count_noise_std(xi, C) == pytest.approx(xi / C)
 
 
-@pytest.mark.parametrize("M", [3, 12, 50])
+@pytest.mark.parametrize("M", [3, 12, pytest.param(50, marks=pytest.mark.slow)])  # M = 50: the scaling again (whole suite)
 def test_noise_cohort_scales_the_noise_of_the_sums_by_C_over_M(M):
     """A noise cohort M ≥ C (docs/privacy.md §7): the noise on the sum of C payloads is
     N(0, (σ S C/M)²), so each coordinate of r_t = Y[:d]/C carries std σS/M — the deployment's —
