@@ -12,8 +12,15 @@ import io
 from pathlib import Path
 from typing import Any
 
+import matplotlib  # noqa: F401  (see below)
 import pytest
 import torch
+
+# The commands the tests drive in this process (``asyncfl.cli.main.main``) find matplotlib imported
+# and draw a run's figure in place, as a notebook driving the CLI does, instead of starting a figure
+# process each (about 1 s of CPU a command; asyncfl/figures/process.py). The figure process is
+# tested on its own (tests/test_figure_process.py) and runs in every test that starts
+# ``python -m asyncfl run`` or ``resume`` in a fresh interpreter.
 
 from asyncfl.config import scenario as sc
 from asyncfl.errors import RunInterrupted

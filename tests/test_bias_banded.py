@@ -50,7 +50,8 @@ def assert_reports_equal(dense: dict, band: dict, floor: bool = True) -> None:
 
 
 @pytest.mark.parametrize("kind", ["momentum", "nesterov"])
-@pytest.mark.parametrize("seed,stale,window", [(0, 6, None), (1, 12, None), (2, 8, 5), (3, 3, 40)])
+@pytest.mark.parametrize("seed,stale,window", [(0, 6, None), pytest.param(1, 12, None, marks=pytest.mark.slow),  # a second unwindowed
+                                               (2, 8, 5), (3, 3, 40)])                                        # fleet: whole suite
 def test_the_banded_report_equals_the_dense_one(kind, seed, stale, window, monkeypatch):
     monkeypatch.setattr(banded, "FULL_WINDOW", 256)  # MA-full's back substitution is truncated at T = 500
     counts = fleet_counts(500 if window is None else 200, 5, stale, seed)

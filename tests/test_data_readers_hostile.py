@@ -3,10 +3,12 @@
 
 Publishers' quirks: LEAF Shakespeare's test ``num_samples = len(x) + 79`` (LEAF's split_data.py),
 LEAF's by-writer split (``-t user``), MNIST's dotted file names, CIFAR batches re-pickled at
-other protocols. Hostile files: each is refused through ``python -m asyncfl run`` with exit 2, one
-message naming the file, no traceback and nothing written or changed, or through the public API
-with the memory it takes measured by tracemalloc (small crafted files that would inflate or
-allocate far more than the bound if the check were missing)."""
+other protocols. Hostile files: each is refused through ``asyncfl run`` with exit 2, one message
+naming the file, no traceback and nothing written or changed (the command's ``main`` in this
+process; a LEAF entry that is a FIFO through ``python -m asyncfl run`` in a fresh interpreter, which
+a timeout can stop if the reader ever opened it), or through the public API with the memory it
+takes measured by tracemalloc (small crafted files that would inflate or allocate far more than
+the bound if the check were missing)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import numpy as np
 import pytest
 import tomli_w
 
+from asyncfl.cli.main import main
 from asyncfl.config import datasets as ds
 from asyncfl.datasets.cifar import read_cifar_batch
 from asyncfl.datasets.files import MAX_GZIP_RATIO, MIN_GZIP_BUDGET, read_file
@@ -54,7 +57,8 @@ def _tree_digest(root: Path) -> dict[str, str]:
     return out
 
 
-def _run_cli(tmp_path: Path, task: dict[str, Any], clients: int = 4) -> subprocess.CompletedProcess:
+def _run_args(tmp_path: Path, task: dict[str, Any], clients: int = 4) -> list[str]:
+    """The arguments of ``asyncfl run`` on a two-step scenario of ``task`` written to ``tmp_path``."""
     raw = {"name": "probe", "seed": 1, "population": {"clients": clients}, "task": task,
            "client": {"lr": 0.05, "local_steps": 1, "batch_size": 4},
            "server": {"protocol": "fedbuff", "concurrency": min(2, clients), "buffer": min(2, clients), "rule": "sgd",
@@ -62,23 +66,36 @@ def _run_cli(tmp_path: Path, task: dict[str, Any], clients: int = 4) -> subproce
            "run": {"steps": 2, "eval_every": 1}}
     scenario = tmp_path / "s.toml"
     scenario.write_text(tomli_w.dumps(raw))
+    return ["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]
+
+
+def _run_cli(tmp_path: Path, task: dict[str, Any], clients: int = 4) -> subprocess.CompletedProcess:
+    """``python -m asyncfl run`` on ``task`` (:func:`_run_args`) in a fresh interpreter."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "asyncfl", "run", str(scenario), "--out", str(tmp_path / "out"),
-                           "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "asyncfl", *_run_args(tmp_path, task, clients)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
-def _refused(tmp_path: Path, task: dict[str, Any], data: Path, *needles: str, clients: int = 4) -> str:
-    """Run the CLI on ``task``; assert exit 2, the needles in the one-line message, no traceback,
-    no output folder and the data folder unchanged. Returns stderr."""
+def _refused(tmp_path: Path, task: dict[str, Any], data: Path, *needles: str, clients: int = 4,
+             capsys: pytest.CaptureFixture | None = None) -> str:
+    """Run ``asyncfl run`` on ``task`` — its ``main`` in this process when given ``capsys``, else
+    :func:`_run_cli`; assert exit 2, the needles in the one-line message, no traceback, no output
+    folder and the data folder unchanged. Returns stderr."""
     before = _tree_digest(data)
-    proc = _run_cli(tmp_path, task, clients)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr
+    if capsys is None:
+        proc = _run_cli(tmp_path, task, clients)
+        code, err = proc.returncode, proc.stderr
+    else:
+        capsys.readouterr()
+        code = main(_run_args(tmp_path, task, clients))
+        err = capsys.readouterr().err
+    assert code == 2, (code, err[-2000:])
+    assert "Traceback" not in err
     for needle in needles:
-        assert needle in proc.stderr, (needle, proc.stderr)
+        assert needle in err, (needle, err)
     assert not (tmp_path / "out").exists()
     assert _tree_digest(data) == before
-    return proc.stderr
+    return err
 
 
 def _peak(fn: Callable[[], Any]) -> tuple[Any, int]:
@@ -179,7 +196,7 @@ def test_asyncfl_run_reads_a_by_writer_split(tmp_path):
     assert "LEAF's by-writer split (-t user)" in proc.stderr
 
 
-def test_mixed_splits_without_a_test_sample_name_the_cause_and_t_sample(tmp_path):
+def test_mixed_splits_without_a_test_sample_name_the_cause_and_t_sample(tmp_path, capsys):
     root = tmp_path / "mixed"
     users = ["wa", "wb", "wc"]
     chosen = min(users, key=lambda u: user_key(1, u))  # seed 1 picks this writer first
@@ -190,7 +207,7 @@ def test_mixed_splits_without_a_test_sample_name_the_cause_and_t_sample(tmp_path
         (root / part / "d.json").write_text(json.dumps({"users": names, "num_samples": [1] * len(names),
                                                         "user_data": {u: {"x": sample[0], "y": sample[1]} for u in names}}))
     _refused(tmp_path, {"name": "femnist", "path": str(root), "model": "mlp", "hidden": 4}, root,
-             "none of the 1 chosen users has a test sample", "-t sample", clients=1)
+             "none of the 1 chosen users has a test sample", "-t sample", clients=1, capsys=capsys)
 
 
 # -- MNIST's two spellings ----------------------------------------------------------------------------
@@ -212,12 +229,12 @@ def test_mnist_reads_the_dotted_names_raw_or_gzipped(tmp_path):
         assert ca.x.equal(cb.x) and ca.y.equal(cb.y)
 
 
-def test_a_missing_mnist_file_lists_both_spellings(tmp_path):
+def test_a_missing_mnist_file_lists_both_spellings(tmp_path, capsys):
     root = write_mnist(tmp_path / "m")
     (root / "train-labels-idx1-ubyte.gz").unlink()
     _refused(tmp_path, {"name": "mnist", "path": str(root), "hidden": 4}, root,
              "train-labels-idx1-ubyte or train-labels-idx1-ubyte.gz or train-labels.idx1-ubyte or "
-             "train-labels.idx1-ubyte.gz")
+             "train-labels.idx1-ubyte.gz", capsys=capsys)
 
 
 # -- compressed files: bounded inflation --------------------------------------------------------------
@@ -238,12 +255,12 @@ def test_a_gzip_bomb_is_refused_while_inflating_within_its_budget(tmp_path):
     assert read_file(two) == b"abcdef"  # a multi-member gzip file, as gzip(1) concatenates them
 
 
-def test_a_gzipped_leaf_bomb_through_the_cli(tmp_path):
+def test_a_gzipped_leaf_bomb_through_the_cli(tmp_path, capsys):
     root = write_femnist(tmp_path / "f")
     path = next((root / "train").glob("*.json"))
     path.with_suffix(".json").write_bytes(gzip.compress(b"[" + b"0," * (30 << 20) + b"0]", 9))
     _refused(tmp_path, {"name": "femnist", "path": str(root), "model": "mlp", "hidden": 4}, root,
-             path.name, "unzips to more than", "the most asyncfl inflates")
+             path.name, "unzips to more than", "the most asyncfl inflates", capsys=capsys)
 
 
 def test_an_idx_header_claiming_more_than_the_budget_is_refused_before_inflating(tmp_path):
@@ -260,14 +277,15 @@ def test_an_idx_header_claiming_more_than_the_budget_is_refused_before_inflating
     assert peak < 1 << 20
 
 
-def test_idx_dimensions_whose_product_wraps_to_zero_are_refused(tmp_path):
+def test_idx_dimensions_whose_product_wraps_to_zero_are_refused(tmp_path, capsys):
     root = write_mnist(tmp_path / "m")
     dims = (1 << 16, 1 << 16, 1 << 16, 1 << 16)  # Π = 2⁶⁴: int64 arithmetic wraps it to 0
     assert int(np.prod(np.array(dims, dtype=np.int64))) == 0
     (root / "train-images-idx3-ubyte.gz").unlink()
     (root / "train-images-idx3-ubyte").write_bytes(struct.pack(">BBBB4I", 0, 0, 8, 4, *dims))
     _refused(tmp_path, {"name": "mnist", "path": str(root), "hidden": 4}, root, "train-images-idx3-ubyte: IDX header "
-             f"says 65536×65536×65536×65536 uint8 elements ({math.prod(dims)} bytes) but the file holds 0 bytes")
+             f"says 65536×65536×65536×65536 uint8 elements ({math.prod(dims)} bytes) but the file holds 0 bytes",
+             capsys=capsys)
 
 
 def test_an_empty_idx_set_is_refused(tmp_path):
@@ -304,10 +322,10 @@ def test_a_cifar_batch_claiming_more_images_than_it_holds_allocates_nothing(cont
     assert peak < 1 << 20
 
 
-def test_a_cifar_claim_through_the_cli(tmp_path):
+def test_a_cifar_claim_through_the_cli(tmp_path, capsys):
     root = write_cifar10(tmp_path / "c")
     (root / "data_batch_2").write_bytes(pickle.dumps({b"data": _Claim(), b"labels": [0]}, protocol=2))
-    _refused(tmp_path, {"name": "cifar10", "path": str(root)}, root, "data_batch_2: not a CIFAR pickle")
+    _refused(tmp_path, {"name": "cifar10", "path": str(root)}, root, "data_batch_2: not a CIFAR pickle", capsys=capsys)
 
 
 @pytest.mark.parametrize("labels", [[1.0, 2.0], np.array([1.0, 2.0]), [1, 2.5], [True, 1]])
@@ -365,7 +383,7 @@ def test_a_constant_colour_channel_is_centred_and_named_not_a_numerical_fault(tm
 
 
 # -- LEAF files -------------------------------------------------------------------------------------------
-def test_a_huge_leaf_label_is_refused(tmp_path):
+def test_a_huge_leaf_label_is_refused(tmp_path, capsys):
     root = write_femnist(tmp_path / "f")
     path = next((root / "train").glob("*.json"))
     text = path.read_text()
@@ -373,7 +391,7 @@ def test_a_huge_leaf_label_is_refused(tmp_path):
     doc["user_data"][doc["users"][0]]["y"][0] = -10**25
     path.write_text(json.dumps(doc))
     _refused(tmp_path, {"name": "femnist", "path": str(root), "model": "mlp", "hidden": 4}, root,
-             path.name, "labels must be integers in [0, 61]", clients=6)
+             path.name, "labels must be integers in [0, 61]", clients=6, capsys=capsys)
 
 
 def test_a_pixel_beyond_float_range_is_refused(tmp_path):

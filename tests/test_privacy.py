@@ -262,7 +262,7 @@ def test_noise_has_std_sigma_S_on_every_coordinate_and_counts_std_xi():
     assert count_noise_std(xi, C) == pytest.approx(xi / C)
 
 
-@pytest.mark.parametrize("M", [3, 12, 50])
+@pytest.mark.parametrize("M", [3, 12, pytest.param(50, marks=pytest.mark.slow)])  # M = 50: the scaling again (whole suite)
 def test_noise_cohort_scales_the_noise_of_the_sums_by_C_over_M(M):
     """A noise cohort M ≥ C (docs/privacy.md §7): the noise on the sum of C payloads is
     N(0, (σ S C/M)²), so each coordinate of r_t = Y[:d]/C carries std σS/M — the deployment's —
@@ -305,7 +305,8 @@ def _rdp_eps(sigma, delta, q, steps):
     return rdp.RdpAccountant().compose(ev).get_epsilon(delta)
 
 
-@pytest.mark.parametrize("eps, delta, q, steps", [(2.0, 1e-6, 0.1, 100), (4.0, 1e-5, 0.02, 500)])
+@pytest.mark.parametrize("eps, delta, q, steps", [(2.0, 1e-6, 0.1, 100),  # a second target, 500 steps (3 s): whole suite
+                                                   pytest.param(4.0, 1e-5, 0.02, 500, marks=pytest.mark.slow)])
 def test_calibrated_sigma_meets_target_under_independent_accountants(eps, delta, q, steps):
     s_pld = calibrate_sigma(eps, delta, q, steps, "pld")
     s_rdp = calibrate_sigma(eps, delta, q, steps, "rdp")

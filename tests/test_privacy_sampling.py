@@ -60,7 +60,7 @@ def _analytic_gaussian_s(eps: float, delta: float) -> float:
     return optimize.brentq(lambda s: Phi(0.5 / s - eps * s) - math.exp(eps) * Phi(-0.5 / s - eps * s) - delta, 0.05, 100.0, xtol=1e-13)
 
 
-@pytest.mark.parametrize("k", [1, 3, 10])
+@pytest.mark.parametrize("k", [1, 3, pytest.param(10, marks=pytest.mark.slow)])  # k = 10: the composition again (whole suite)
 def test_cap_sigma_is_calibrated_for_k_gaussian_releases_without_amplification(k):
     s_pld = sigma_for(Releases(k), EPS, DELTA, "pld")
     s_rdp = sigma_for(Releases(k), EPS, DELTA, "rdp")

@@ -521,13 +521,22 @@ def _asyncfl() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "asyncfl.cli.main"]
 
 
-@pytest.mark.parametrize("field,registry", CLI_FIELDS, ids=[f for f, _ in CLI_FIELDS])
-def test_cli_validate_refuses_an_unknown_name_with_exit_2_and_every_allowed_name(field: str, registry: Registry) -> None:
-    proc = subprocess.run(
-        [*_asyncfl(), "validate", "scenarios/quickstart.toml", "--set", f"{field}=bogus"],
+@pytest.fixture(scope="module")
+def every_field_bogus() -> subprocess.CompletedProcess:
+    """``asyncfl validate`` with every field of :data:`CLI_FIELDS` set to ``bogus``, in one fresh
+    command: validation lists every problem, each on its own ``-`` line."""
+    sets = [arg for field, _ in CLI_FIELDS for arg in ("--set", f"{field}=bogus")]
+    return subprocess.run(
+        [*_asyncfl(), "validate", "scenarios/quickstart.toml", *sets],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={**os.environ, "COLUMNS": "400", "NO_COLOR": "1"},
     )
+
+
+@pytest.mark.parametrize("field,registry", CLI_FIELDS, ids=[f for f, _ in CLI_FIELDS])
+def test_cli_validate_refuses_an_unknown_name_with_exit_2_and_every_allowed_name(
+        field: str, registry: Registry, every_field_bogus: subprocess.CompletedProcess) -> None:
+    proc = every_field_bogus
     err = " ".join(proc.stderr.split())  # immune to line wrapping
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr

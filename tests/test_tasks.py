@@ -312,7 +312,7 @@ def test_label_skewed_gaussian_mlp_keeps_the_shared_map_and_fixed_client_sizes()
         np.testing.assert_array_equal(y, np.argmax(x.astype(np.float64) @ V, axis=1))
 
 
-@pytest.mark.parametrize("alpha", [0.1, 1.0])
+@pytest.mark.parametrize("alpha", [0.1, pytest.param(1.0, marks=pytest.mark.slow)])  # α = 1: the formula again (whole suite)
 def test_label_skew_matches_the_dirichlet_multinomial_closed_form(alpha: float) -> None:
     """Client label counts are Dirichlet-multinomial: with ``p ~ Dir(α·1_K)``, ``n_c ~ Mult(n, p)``,
     ``E[Σ_c (n_c/n)²] = (α + 1)/(Kα + 1)·(1 − 1/n) + 1/n`` — 0.5590 for α = 0.1, K = 10, n = 50

@@ -325,7 +325,14 @@ def test_library_lists_every_scenario_with_a_description(capsys):
         assert line.startswith(name) and describe(path) and describe(path) in line
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "scenarios").glob("*.toml")))
+#: shipped scenarios whose run is left to the whole suite: private_synthetic draws its 5 000
+#: Synthetic(1, 1) devices (about 7 s of CPU) before its first step; it is validated in the fast
+#: subset by tests/test_privacy_sampling.py (its σ) and tests/test_privacy_audit.py (its audit)
+SLOW_TO_BUILD = {"private_synthetic"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_TO_BUILD else n
+                                  for n in sorted(p.stem for p in (REPO / "scenarios").glob("*.toml"))])
 def test_library_scenario_validates_and_runs(name, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # relative trace paths are relative to the scenario file
     scenario = sc.load(REPO / "scenarios" / f"{name}.toml", ["run.steps=3", "run.eval_every=3"])

@@ -13,8 +13,10 @@
 * Readers of run, sweep and study directories read only regular files, within a size bound, and
   report every damaged file as a RunDirError naming it.
 
-Every command runs as the user runs it (``python -m …`` in a subprocess, with a timeout: a hang is
-a failure) and must exit with the stated code and print no traceback.
+Every command must exit with the stated code and print no traceback. Where a read could hang (a
+pipe in place of a file) or the fresh process is the point, it runs as the user runs it
+(``python -m …`` in a subprocess, with a timeout: a hang is a failure); elsewhere its ``main``
+runs in this process, which tests the same command without an interpreter's start-up.
 """
 
 from __future__ import annotations
@@ -139,12 +141,15 @@ def test_a_command_never_records_a_run_directory_outside_its_runs(tmp_path, sent
     assert json.loads((out / ".asyncfl-owner.json").read_text())["runs"] == ["runs/a-b.c_1/T4-s0"]
 
 
-def test_sweep_overwrite_refuses_a_record_naming_a_directory_outside_out(scenario_file, tmp_path, sentinel):
+def test_sweep_overwrite_refuses_a_record_naming_a_directory_outside_out(scenario_file, tmp_path, sentinel, capsys):
+    """``asyncfl sweep`` in this process (no read here can block; the refusal is the command's)."""
     out = crafted(tmp_path / "received", "sweep", [str(sentinel), "runs/link"])
     (out / "runs").mkdir()
     (out / "runs" / "link").symlink_to(sentinel, target_is_directory=True)
     outside, inside = snapshot(sentinel), snapshot(out)
-    code, output = asyncfl("sweep", scenario_file, "--out", out, "--overwrite", "--workers", "1", "--quiet")
+    code = main([str(a) for a in ("sweep", scenario_file, "--out", out, "--overwrite", "--workers", "1", "--quiet")])
+    output = "".join(capsys.readouterr())
+    assert "Traceback" not in output, output
     assert code == 2 and str(sentinel) in output and "nothing was removed" in output, output
     assert snapshot(sentinel) == outside and snapshot(out) == inside
 
