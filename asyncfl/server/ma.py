@@ -61,6 +61,7 @@ import scipy.linalg
 import scipy.linalg.blas
 import scipy.linalg.lapack
 import torch
+from threadpoolctl import ThreadpoolController
 
 from asyncfl.server.aggregation import Aggregate
 from asyncfl.server.rules import RuleOutput, ServerRule, lookahead
@@ -271,6 +272,19 @@ def band_push(
     return w_band, l_band
 
 
+_BLAS: list[ThreadpoolController] = []  # made on first use: building one scans the loaded libraries (~1 ms)
+
+
+def _one_blas_thread() -> Any:
+    """A context in which BLAS and LAPACK run on one thread. The banded products and solves are
+    ``O(t·b)``: OpenBLAS splits them over threads, which costs far more than it saves (on the
+    loaded 2-core machine of docs/performance.md a step at ``t = 2000`` took 2.6 ms of CPU on two
+    threads and 0.19 ms on one), and the split would depend on the machine's thread count."""
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
 def band_solve(w_band: np.ndarray, l_band: np.ndarray, t: int, m_row: np.ndarray, ridge: float) -> np.ndarray:
     """``a_t`` (length ``t``) from the banded solver after :func:`band_push` of row ``t``:
 
@@ -284,7 +298,11 @@ def band_solve(w_band: np.ndarray, l_band: np.ndarray, t: int, m_row: np.ndarray
 
     ``a_t`` has full support in general (``G_t⁻¹`` of a banded ``G`` is dense), so the history of
     ``r_s`` and ``a_t`` stay ``O(t)`` per step."""
-    m = np.ascontiguousarray(m_row, dtype=np.float64)
+    with _one_blas_thread():
+        return _band_solve(w_band, l_band, t, np.ascontiguousarray(m_row, dtype=np.float64), ridge)
+
+
+def _band_solve(w_band: np.ndarray, l_band: np.ndarray, t: int, m: np.ndarray, ridge: float) -> np.ndarray:
     b = w_band.shape[1] - 1
     wT = w_band[:t].T  # upper band storage of W_tᵀ, Fortran-ordered
     if ridge == 0:
