@@ -115,11 +115,12 @@ def _diagonal_is_safe(W: np.ndarray) -> bool:
     """A square lower-triangular ``W`` is solved by back substitution only when every pivot is
     larger than ``n·eps·max|W|`` — the scale below which ``numpy.linalg.lstsq`` (default
     ``rcond``) would also treat a singular value as zero. Otherwise min-norm least squares."""
-    n = W.shape[0]
-    scale = float(np.max(np.abs(W), initial=0.0))
-    if scale == 0.0:
-        return False
-    return bool(np.min(np.abs(np.diag(W))) > n * np.finfo(np.float64).eps * scale)
+    return _pivots_are_safe(np.diag(W), float(np.max(np.abs(W), initial=0.0)), W.shape[0])
+
+
+def _pivots_are_safe(diag: np.ndarray, scale: float, n: int) -> bool:
+    """:func:`_diagonal_is_safe` from the diagonal and ``max|W|`` (the banded solver has no dense W)."""
+    return scale > 0.0 and bool(np.min(np.abs(diag)) > n * np.finfo(np.float64).eps * scale)
 
 
 def ma_full_coefficients(W: np.ndarray, m_row: np.ndarray, ridge: float) -> np.ndarray:
@@ -230,7 +231,7 @@ def band_push(
     the last column, zeros left of column 0), where ``F_t F_tᵀ = G_t = W_t W_tᵀ + λI``. ``W`` has
     lower bandwidth ``b``, hence so has ``G`` (``G[i, j] = Σ_k W[i,k] W[j,k] = 0`` for
     ``i − j > b``) and so has ``F`` — exactly, there is no fill-in outside the band. The bordering
-    of :func:`full_factor_push` is therefore done on the band::
+    of the module docstring is therefore done on the band::
 
         g = W[lo:t−1, lo:t−1] w̄,   F[lo:t−1, lo:t−1] l = g,   F[t, t] = √(‖w_t‖² + λ − ‖l‖²)
 
@@ -241,8 +242,8 @@ def band_push(
     ``Fᵀ`` (``ab[b + r − c, c] = Xᵀ[r, c]``) without a copy: :func:`band_solve` uses it.
 
     Returns the (possibly regrown) arrays, written in place: rows ``< t`` are never changed except
-    by a widening (which copies). Raises ``numpy.linalg.LinAlgError`` on a non-positive pivot, as
-    :func:`full_factor_push`."""
+    by a widening (which copies). Raises ``numpy.linalg.LinAlgError`` when ``‖w_t‖² + λ − ‖l‖² ≤ 0``
+    (``λ`` too small for round-off; a direct Cholesky would fail too)."""
     w = np.asarray(by_staleness, dtype=np.float64)[:t]
     nz = np.flatnonzero(w)
     need = int(nz[-1]) if nz.size else 0
@@ -306,9 +307,7 @@ def _band_solve(w_band: np.ndarray, l_band: np.ndarray, t: int, m: np.ndarray, r
     b = w_band.shape[1] - 1
     wT = w_band[:t].T  # upper band storage of W_tᵀ, Fortran-ordered
     if ridge == 0:
-        diag = w_band[:t, b]
-        scale = float(np.max(np.abs(w_band[:t]), initial=0.0))
-        if scale > 0.0 and float(np.min(np.abs(diag))) > t * np.finfo(np.float64).eps * scale:
+        if _pivots_are_safe(w_band[:t, b], float(np.max(np.abs(w_band[:t]), initial=0.0)), t):
             a, info = scipy.linalg.lapack.dtbtrs(wT, m[:, None], uplo="U", trans="N")
             if info != 0:
                 raise np.linalg.LinAlgError(f"MA-full step {t}: dtbtrs info = {info}")
