@@ -311,18 +311,18 @@ def staleness_pattern(rng: np.random.Generator, T: int, pattern: str, ridge: flo
 @pytest.mark.parametrize("ridge", [0.0, 1e-3, 0.5])
 @pytest.mark.parametrize("pattern", ["bounded", "growing", "burst", "none"])
 def test_banded_solver_matches_the_dense_solver_and_the_normal_equations(pattern, ridge):
-    """a_t of the rule's banded solver, every row of a T = 300 run, against (1) the module's dense
+    """a_t of the rule's banded solver on a T = 150 run (rows 1–40, every 7th, the last) against (1) the module's dense
     direct solve (ma_full_coefficients on W_{1:t,1:t}: a Cholesky solve of the dense Gram matrix,
     or dense back substitution for λ = 0) and (2) numpy.linalg.solve of the normal equations
     (W Wᵀ + λI) a = W m, or of Wᵀ a = m for λ = 0, on the W of the loop above: relative error
-    ‖Δa‖/‖a‖ below 1e-10 for both (measured on this machine: ≤ 2e-13 with λ = 1e-3,
-    ≤ 2e-15 with λ = 0.5, ≤ 1e-16 with λ = 0; the margin is for other BLAS builds)."""
+    ‖Δa‖/‖a‖ below 1e-10 for both (measured on this machine: ≤ 6e-14 with λ = 1e-3,
+    ≤ 1e-15 with λ = 0.5, ≤ 1e-16 with λ = 0; the margin is for other BLAS builds)."""
     rng = np.random.default_rng(40)
-    T = 300
+    T = 150
     W = staleness_pattern(rng, T, pattern, ridge)
     M = loop_target("momentum", 0.9, T)
     _, coefs, _, state = run_rule(ma.MAFull(0.9, "momentum", ridge), W)
-    for t in range(1, T + 1):
+    for t in [*range(1, 41), *range(41, T, 7), T]:
         Wt, m = W[:t, :t], M[t - 1, :t]
         normal = np.linalg.solve(Wt.T, m) if ridge == 0 else np.linalg.solve(Wt @ Wt.T + ridge * np.eye(t), Wt @ m)
         dense = ma.ma_full_coefficients(Wt, m, ridge)
@@ -332,8 +332,8 @@ def test_banded_solver_matches_the_dense_solver_and_the_normal_equations(pattern
     b = largest_staleness(W)
     assert b == {"bounded": 5, "growing": (T - 1) // 20, "burst": 30, "none": 0}[pattern]
     # memory O(t·b): the bands have b + 1 columns and a doubled row capacity
-    assert state.w_band.shape == (512, b + 1)
-    assert state.l_band.shape == ((0, 0) if ridge == 0 else (512, b + 1))
+    assert state.w_band.shape == (256, b + 1)
+    assert state.l_band.shape == ((0, 0) if ridge == 0 else (256, b + 1))
 
 
 def test_the_factor_of_a_banded_gram_matrix_has_no_fill_in():
