@@ -102,14 +102,14 @@ def prefilled_full(rule: ma.MAFull, weights: list[np.ndarray], t: int, d: int, e
     for lo in range(0, min(step, cap), 64):  # chunks: never a second d×t temporary
         hi = min(lo + 64, min(step, cap))
         history[lo:hi] = torch.randn(hi - lo, d, generator=gen)
-    w_dense, chol = np.zeros((0, 0)), np.zeros(0)
+    w_band, l_band = np.zeros((0, 0)), np.zeros((0, 0))
     if rule.window is None or step <= rule.window:
         for s in range(1, step + 1):
-            w_dense, chol = ma.full_factor_push(w_dense, chol, ma.version_row(weights[s - 1], s), s, rule.ridge)
+            w_band, l_band = ma.band_push(w_band, l_band, weights[s - 1], s, rule.ridge)
     rows: tuple[np.ndarray, ...] = ()
     if rule.window is not None:
         rows = tuple(np.asarray(weights[s - 1], dtype=np.float64)[:s].copy() for s in range(max(1, step - rule.window + 1), step + 1))
-    return ma.MAFullState(step, history, w_dense, chol, rows, np.array([step], dtype=np.int64))
+    return ma.MAFullState(step, history, w_band, l_band, rows, np.array([step], dtype=np.int64))
 
 
 def time_full(rule: ma.MAFull, weights: list[np.ndarray], t: int, d: int, steps: int, seed: int) -> tuple[float, int]:

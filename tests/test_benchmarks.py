@@ -195,3 +195,16 @@ def test_bf16_accuracy_benchmark_runs_both_precisions_through_asyncfl(capsys):
     out = capsys.readouterr().out
     assert out.count("mnist1d seed ") == 2 and "paired Δ (bf16 − fp32)" in out and "95 % t interval [" in out
     assert "nan" not in out
+
+
+def test_ma_full_solver_benchmark_runs_the_rule_and_measures_its_banded_state():
+    """60 steps, K = 8, C = 2, d = 3: the rule's state is the history (capacity 64 × 3 float32),
+    the two bands of W and of its factor (64 × (largest staleness + 1) float64 each) and the
+    8-byte step counter — O(t·b), not the dense solver's 64² + 64·65/2 floats."""
+    from benchmarks import ma_full_solver
+
+    res = ma_full_solver.run(60, 8, 2, 3, 1e-3, seed=0)
+    b = res["staleness"]
+    assert res["T"] == 60 and b >= 1
+    assert res["state_mb"] * 2**20 == 64 * 3 * 4 + 2 * 64 * (b + 1) * 8 + 8
+    assert res["cpu_s"] > 0 and res["peak_mb"] > 0

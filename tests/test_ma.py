@@ -245,7 +245,8 @@ def _direct_ridge(W: np.ndarray, m: np.ndarray, ridge: float) -> np.ndarray:
 @pytest.mark.parametrize("shape,ridge", [(s, r) if (s, r) != ("dense", 0.5) else pytest.param(s, r, marks=pytest.mark.slow)
                                          for s in ("dense", "fedbuff", "singular", "noisy") for r in (1e-3, 0.5)])
 def test_incremental_factor_matches_the_direct_ridge_solution(shape, ridge):  # dense at λ = 0.5 (1 s): whole suite
-    # the bordered Cholesky update (O(t²) per step) against (W Wᵀ + λI)⁻¹ W m on every row, T = 200
+    # the bordered Cholesky update on the band against (W Wᵀ + λI)⁻¹ W m on every row, T = 200;
+    # "dense" has every staleness up to t−1 (the band is the whole triangle), "noisy" a band of 8
     rng = np.random.default_rng(16)
     T = 200
     if shape == "dense":
@@ -261,16 +262,22 @@ def test_incremental_factor_matches_the_direct_ridge_solution(shape, ridge):  # 
         expected = _direct_ridge(W[:t, :t], M[t - 1, :t], ridge)
         err = np.linalg.norm(A[t - 1, :t] - expected) / np.linalg.norm(expected)
         assert err < 1e-10, (t, err)
-    w_dense, chol = np.zeros((0, 0)), np.zeros(0)
+    w_band, l_band = np.zeros((0, 0)), np.zeros((0, 0))
     for t in range(1, T + 1):
-        w_dense, chol = ma.full_factor_push(w_dense, chol, W[t - 1, :t], t, ridge)
-    L = ma.unpack_factor(chol, T)
+        w_band, l_band = ma.band_push(w_band, l_band, staleness_weights(W, t), t, ridge)
+    L = ma.band_dense(l_band, T)
     np.testing.assert_allclose(L @ L.T, W @ W.T + ridge * np.eye(T), rtol=0, atol=1e-12)
-    np.testing.assert_array_equal(w_dense[:T, :T], W)
+    np.testing.assert_array_equal(ma.band_dense(w_band, T), W)
+    assert w_band.shape[1] == l_band.shape[1] == largest_staleness(W) + 1
+
+
+def largest_staleness(W: np.ndarray) -> int:
+    """The largest ``t − s`` with ``W[t, s] ≠ 0`` (a loop over the entries)."""
+    return max([t - s for t in range(W.shape[0]) for s in range(t + 1) if W[t, s] != 0.0], default=0)
 
 
 def test_full_rule_is_bit_identical_to_offline_over_many_steps():
-    # the rule and coefficient_matrix_full share full_factor_push/solve (capacities 8, 16, 32, 64)
+    # the rule and coefficient_matrix_full share band_push/solve (capacities 8, 16, 32, 64, 128)
     rng = np.random.default_rng(17)
     T = 70
     W = weight_matrix(fedbuff_counts(rng, T, K=30, C=5), 0.5, 5)
@@ -278,7 +285,95 @@ def test_full_rule_is_bit_identical_to_offline_over_many_steps():
     A = ma.coefficient_matrix_full(W, "momentum", 0.9, 1e-3)
     for t in range(1, T + 1):
         np.testing.assert_array_equal(coefs[t - 1], A[t - 1, :t])
-    assert state.history.shape == (128, 3) and state.chol.shape == (4096,)  # doubled, not per step
+    b = largest_staleness(W)
+    assert state.history.shape == (128, 3) and state.l_band.shape == state.w_band.shape == (128, b + 1)  # doubled, not per step
+
+
+# ----------------------------------------------------------------------------------------------
+# the banded incremental solver (docs/server-rules.md §4, "Banded solver")
+def staleness_pattern(rng: np.random.Generator, T: int, pattern: str, ridge: float) -> np.ndarray:
+    """W built entry by entry: row t has non-zeros only at staleness ≤ its bound (each kept with
+    probability 0.6), the diagonal always. ``bounded``: staleness ≤ 5; ``growing``: ≤ t/20, so
+    the band widens during the run; ``burst``: ≤ 2 with a staleness of 30 every 37th step; ``none``:
+    no staleness (W diagonal). For λ = 0 the off-diagonal entries are small enough (≤ 0.3/(b+1))
+    that W is well conditioned; else they are up to 1 and may be negative."""
+    W = np.zeros((T, T))
+    for t in range(T):
+        bound = {"bounded": 5, "growing": t // 20, "burst": 30 if t % 37 == 36 else 2, "none": 0}[pattern]
+        scale = 0.3 / (bound + 1) if ridge == 0 else 1.0
+        for s in range(max(0, t - bound), t):
+            if rng.uniform() < 0.6:
+                W[t, s] = rng.uniform(0.0 if ridge == 0 else -0.5, 1.0) * scale
+        W[t, t] = rng.uniform(0.5, 1.0)
+    return W
+
+
+@pytest.mark.parametrize("ridge", [0.0, 1e-3, 0.5])
+@pytest.mark.parametrize("pattern", ["bounded", "growing", "burst", "none"])
+def test_banded_solver_matches_the_dense_solver_and_the_normal_equations(pattern, ridge):
+    """a_t of the rule's banded solver on a T = 150 run (rows 1–40, every 7th, the last) against (1) the module's dense
+    direct solve (ma_full_coefficients on W_{1:t,1:t}: a Cholesky solve of the dense Gram matrix,
+    or dense back substitution for λ = 0) and (2) numpy.linalg.solve of the normal equations
+    (W Wᵀ + λI) a = W m, or of Wᵀ a = m for λ = 0, on the W of the loop above: relative error
+    ‖Δa‖/‖a‖ below 1e-10 for both (measured on this machine: ≤ 6e-14 with λ = 1e-3,
+    ≤ 1e-15 with λ = 0.5, ≤ 1e-16 with λ = 0; the margin is for other BLAS builds)."""
+    rng = np.random.default_rng(40)
+    T = 150
+    W = staleness_pattern(rng, T, pattern, ridge)
+    M = loop_target("momentum", 0.9, T)
+    _, coefs, _, state = run_rule(ma.MAFull(0.9, "momentum", ridge), W)
+    for t in [*range(1, 41), *range(41, T, 7), T]:
+        Wt, m = W[:t, :t], M[t - 1, :t]
+        normal = np.linalg.solve(Wt.T, m) if ridge == 0 else np.linalg.solve(Wt @ Wt.T + ridge * np.eye(t), Wt @ m)
+        dense = ma.ma_full_coefficients(Wt, m, ridge)
+        for reference in (normal, dense):
+            err = np.linalg.norm(coefs[t - 1] - reference) / np.linalg.norm(reference)
+            assert err < 1e-10, (t, err)
+    b = largest_staleness(W)
+    assert b == {"bounded": 5, "growing": (T - 1) // 20, "burst": 30, "none": 0}[pattern]
+    # memory O(t·b): the bands have b + 1 columns and a doubled row capacity
+    assert state.w_band.shape == (256, b + 1)
+    assert state.l_band.shape == ((0, 0) if ridge == 0 else (256, b + 1))
+
+
+def test_the_factor_of_a_banded_gram_matrix_has_no_fill_in():
+    """The fact the banded solver rests on: with staleness ≤ b, G = W Wᵀ + λI has lower
+    bandwidth b and its Cholesky factor (numpy.linalg.cholesky of the dense G) is exactly zero
+    outside that band; the band the solver keeps equals it to 1e-12."""
+    rng = np.random.default_rng(41)
+    T, b = 120, 5
+    W = staleness_pattern(rng, T, "bounded", 1e-2)
+    G = W @ W.T + 1e-2 * np.eye(T)
+    i, j = np.indices((T, T))
+    outside = i - j > b
+    assert np.all(G[outside] == 0.0)
+    L = np.linalg.cholesky(G)
+    assert np.all(L[outside] == 0.0)
+    w_band, l_band = np.zeros((0, 0)), np.zeros((0, 0))
+    for t in range(1, T + 1):
+        w_band, l_band = ma.band_push(w_band, l_band, staleness_weights(W, t), t, 1e-2)
+    np.testing.assert_allclose(ma.band_dense(l_band, T), L, rtol=0, atol=1e-12)
+
+
+def test_a_larger_staleness_widens_the_band_without_changing_earlier_rows():
+    """Rows of staleness ≤ 1, then one of staleness 6: the bands widen to 7 columns by zero
+    columns on the left, the earlier rows of W and of the factor keep their values bit for bit."""
+    rng = np.random.default_rng(42)
+    T = 10
+    W = np.tril(np.triu(rng.uniform(0.1, 1.0, (T, T)), -1))
+    W[9, 3] = 0.4
+    w_band, l_band = np.zeros((0, 0)), np.zeros((0, 0))
+    for t in range(1, 10):
+        w_band, l_band = ma.band_push(w_band, l_band, staleness_weights(W, t), t, 1e-3)
+    before_w, before_l = ma.band_dense(w_band, 9), ma.band_dense(l_band, 9)
+    assert w_band.shape == l_band.shape == (16, 2)
+    w_band, l_band = ma.band_push(w_band, l_band, staleness_weights(W, 10), 10, 1e-3)
+    assert w_band.shape == l_band.shape == (16, 7)
+    np.testing.assert_array_equal(ma.band_dense(w_band, 10), W)
+    np.testing.assert_array_equal(ma.band_dense(w_band, 9), before_w)
+    np.testing.assert_array_equal(ma.band_dense(l_band, 9), before_l)
+    a = ma.band_solve(w_band, l_band, 10, loop_target("momentum", 0.9, T)[9], 1e-3)
+    np.testing.assert_allclose(a, _direct_ridge(W, loop_target("momentum", 0.9, T)[9], 1e-3), rtol=1e-12)
 
 
 def test_full_state_reused_with_another_aggregate_copies_its_buffers():

@@ -32,13 +32,16 @@ from asyncfl.config.server import (
 
 # -- memory beyond the engine's own (docs/architecture.md §8) -------------------------------------------
 def _ma_full_memory(cfg: MAFullConfig, shape: MemoryShape) -> tuple[MemoryPart, ...]:
-    """The history's capacity doubles (up to 2T rows, or the window L) and the factors (or, with a
-    window, the kept rows of W) are as large squared; each step records a row ``a_t`` of length t
-    (``4T²`` bytes in all), which ``counts.npz`` holds zero-padded to ``T × T`` and the bias
-    report reads back whole (``8T²``)."""
+    """The history's capacity doubles (up to 2T rows, or the window L); the bands of ``W`` and of
+    its factor hold ``capacity × (b+1)`` floats each for the largest staleness ``b``
+    (docs/server-rules.md §4), counted here as ``b + 1 ≤ min(capacity, 2K + 1)`` for ``K``
+    clients in flight — an estimate, staleness has no bound (with a window: the kept rows of W,
+    ``L × L``). Each step records a row ``a_t`` of length t (``4T²`` bytes in all), which
+    ``counts.npz`` holds zero-padded to ``T × T`` and the bias report reads back whole (``8T²``)."""
     steps = shape.steps
     cap = 2 * steps if cfg.ma_window is None else min(2 * steps, cfg.ma_window)
-    return (MemoryPart("MA-full's history of aggregates and its factors", cap * shape.vector + 2 * cap * cap * 8,
+    width = cap if cfg.ma_window is not None else min(cap, 2 * shape.in_flight + 1)
+    return (MemoryPart("MA-full's history of aggregates and its factors", cap * shape.vector + 2 * cap * width * 8,
                        ("run.steps", "server.ma_window", "task")),
             MemoryPart("MA-full's recorded coefficients", steps * steps * (4 + 8), ("run.steps",), record=True))
 

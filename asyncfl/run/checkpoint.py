@@ -59,8 +59,9 @@ from asyncfl.staleness_counts import StalenessCounts
 #: 1: the reflective format of asyncfl ≤ 0.1; 2: without the content digest; 3: before components
 #: (scenario sections with every plug-in's keys, state types by module) — all refused
 #: 5: Counters.dropped_declared (a protocol's own drop reasons); 6: Counters.dropped_unallotted (random
-#: allocation's late uploads, which format 5 did not count, so its checkpoints did not fit their rows)
-CHECKPOINT_FORMAT = 6
+#: allocation's late uploads, which format 5 did not count, so its checkpoints did not fit their rows);
+#: 7: MAFullState.w_band and l_band (MA-full's banded solver, server.ma_solver)
+CHECKPOINT_FORMAT = 7
 CHECKPOINT_NAME = "checkpoint.pt"
 
 #: The engine's own state types, by name; the components' own (a rule's, a protocol's, …) are

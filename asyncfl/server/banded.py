@@ -284,7 +284,7 @@ class FullRows:
     ``G = W Wᵀ + λI`` (docs/server-rules.md §4), the rule's windowed problem after step ``L``.
 
     ``G``'s Cholesky factor is banded like ``W`` and grows a row per step (the bordering of
-    :func:`asyncfl.server.ma.full_factor_push`, on the band). ``z_t = L_t⁻¹ W_{1:t} M[t,:]ᵀ`` only
+    :func:`asyncfl.server.ma.band_push`). ``z_t = L_t⁻¹ W_{1:t} M[t,:]ᵀ`` only
     scales by ``β`` on the columns before ``t−1`` (``W`` is lower triangular and ``M``'s rows
     recur), and ``a_t = L_t⁻ᵀ z_t`` is back substitution from the last column: its last
     ``n`` entries are exact from the last ``n`` rows. Beyond them ``a_t = β a_{t−1}`` is kept,

@@ -32,18 +32,24 @@ the offline matrix then take the incremental path below, so the results are equa
 The rule stores the last ``L`` rows of ``W`` indexed by staleness, so its memory is
 ``O(L·d + L·τ_max + L²)``; a step costs ``O(L·d + L³)``.
 
-Incremental MA-full (no window, or ``t ≤ L``; :func:`full_factor_push`, :func:`full_factor_solve`).
-With ``λ > 0`` the Cholesky factor ``L_t`` of ``G_t = W_{1:t,1:t} W_{1:t,1:t}ᵀ + λI`` is kept from
-step to step. ``W`` is lower triangular, so row ``t`` only borders ``G``::
+Incremental MA-full (no window, or ``t ≤ L``; :func:`band_push`, :func:`band_solve`;
+docs/server-rules.md §4, "Incremental solver" and "Banded solver"). With ``λ > 0`` the Cholesky
+factor ``F_t`` of ``G_t = W_{1:t,1:t} W_{1:t,1:t}ᵀ + λI`` is kept from step to step. ``W`` is
+lower triangular, so row ``t`` only borders ``G``::
 
     G_t = [[G_{t−1}, g], [gᵀ, γ]],  g = W_{1:t−1,1:t−1} w_t,  γ = ‖w_t‖² + λ,
-    L_t = [[L_{t−1}, 0], [lᵀ, √(γ − ‖l‖²)]],  L_{t−1} l = g,
+    F_t = [[F_{t−1}, 0], [lᵀ, √(γ − ‖l‖²)]],  F_{t−1} l = g,
 
-and ``a_t = L_t⁻ᵀ L_t⁻¹ (W_{1:t,1:t} M[t,1:t]ᵀ)``: ``O(t²)`` per step instead of ``O(t³)``. ``g`` and
-``l`` vanish above the first version ``lo`` that ``w_t`` reaches (rows of ``W`` before ``lo`` end
-before it; forward substitution keeps those zeros), so the bordering costs ``O((t − lo)²)`` —
-constant when staleness is bounded. With ``λ = 0``: back substitution on ``W`` (``O(t²)``), or
-``numpy.linalg.lstsq`` (``O(t³)``, kept) when the diagonal is not safe.
+and ``a_t = F_t⁻ᵀ F_t⁻¹ (W_{1:t,1:t} M[t,1:t]ᵀ)``. When every staleness seen so far is at most
+``b``, ``W`` has lower bandwidth ``b`` (``W[s, s−τ] = 0`` for ``τ > b``), hence so have ``G`` and
+``F`` — exactly: Cholesky makes no fill-in outside the band of ``G``. Both are kept as bands
+(``O(t·b)`` memory), the bordering costs ``O(b²)`` and the solve (banded ``W m``, two banded
+triangular solves) ``O(t·b)`` per step; a larger staleness widens the bands with exact zeros.
+This replaced a dense ``W`` and a packed dense factor (``O(t²)`` memory and time per step): the
+same equations, so the same ``a_t`` up to the round-off of a different order of operations
+(tests/test_ma.py; the golden runs are unchanged). With ``λ = 0``: banded back substitution on
+``W`` (``O(t·b)``), or ``numpy.linalg.lstsq`` on the dense ``W`` (``O(t³)``, kept) when the
+diagonal is not safe.
 """
 
 from __future__ import annotations
@@ -52,8 +58,10 @@ from typing import Any, Literal, NamedTuple, Sequence
 
 import numpy as np
 import scipy.linalg
+import scipy.linalg.blas
 import scipy.linalg.lapack
 import torch
+from threadpoolctl import ThreadpoolController
 
 from asyncfl.server.aggregation import Aggregate
 from asyncfl.server.rules import RuleOutput, ServerRule, lookahead
@@ -107,11 +115,12 @@ def _diagonal_is_safe(W: np.ndarray) -> bool:
     """A square lower-triangular ``W`` is solved by back substitution only when every pivot is
     larger than ``n·eps·max|W|`` — the scale below which ``numpy.linalg.lstsq`` (default
     ``rcond``) would also treat a singular value as zero. Otherwise min-norm least squares."""
-    n = W.shape[0]
-    scale = float(np.max(np.abs(W), initial=0.0))
-    if scale == 0.0:
-        return False
-    return bool(np.min(np.abs(np.diag(W))) > n * np.finfo(np.float64).eps * scale)
+    return _pivots_are_safe(np.diag(W), float(np.max(np.abs(W), initial=0.0)), W.shape[0])
+
+
+def _pivots_are_safe(diag: np.ndarray, scale: float, n: int) -> bool:
+    """:func:`_diagonal_is_safe` from the diagonal and ``max|W|`` (the banded solver has no dense W)."""
+    return scale > 0.0 and bool(np.min(np.abs(diag)) > n * np.finfo(np.float64).eps * scale)
 
 
 def ma_full_coefficients(W: np.ndarray, m_row: np.ndarray, ridge: float) -> np.ndarray:
@@ -166,106 +175,167 @@ def ma_full_window_coefficients(W: np.ndarray, m_row: np.ndarray, ridge: float, 
     return a
 
 
-def _grown(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """``arr`` if every dimension is at least ``shape``, else a zero array whose dimensions are
-    doubled (at least 8, at least ``shape``) with ``arr`` copied into its leading block."""
-    if all(have >= need for have, need in zip(arr.shape, shape)):
-        return arr
-    new_shape = []
-    for have, need in zip(arr.shape, shape):
-        cap = max(8, 2 * have)
-        while cap < need:
-            cap *= 2
-        new_shape.append(cap)
-    out = np.zeros(new_shape)
-    out[tuple(slice(0, n) for n in arr.shape)] = arr
+def _empty_band() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((0, 0)), np.zeros((0, 0))
+
+
+def _widened(band: np.ndarray, rows: int, width: int) -> np.ndarray:
+    """``band`` with at least ``rows`` rows (capacity doubled, at least 8) and exactly
+    ``max(width, its own)`` columns; new columns are added on the left (the diagonal stays the
+    last column) and are zero, new rows are zero."""
+    cap, have = band.shape
+    new_width = max(width, have)
+    if cap >= rows and have == new_width:
+        return band
+    new_cap = cap
+    if rows > cap:
+        new_cap = max(8, 2 * cap)
+        while new_cap < rows:
+            new_cap *= 2
+    out = np.zeros((new_cap, new_width))
+    out[:cap, new_width - have :] = band
     return out
 
 
-def _packed(t: int) -> int:
-    """Length of rows ``1..t`` of a lower-triangular matrix packed by rows: ``L[i, j]`` (0-based,
-    ``j ≤ i``) at ``i(i+1)/2 + j``. This is LAPACK's column-packed upper ``U = Lᵀ`` (``dpptrs``,
-    ``uplo = 'U'``), and appending row ``t`` never moves rows ``< t``."""
-    return t * (t + 1) // 2
+def band_dense(band: np.ndarray, t: int) -> np.ndarray:
+    """The dense ``t×t`` lower-triangular matrix of the first ``t`` rows of a band
+    (:func:`band_push`'s layout ``band[i, j] = X[i, i−b+j]``, ``b = width − 1``), for checks and
+    for the ``λ = 0`` least-squares fallback."""
+    b = band.shape[1] - 1
+    i, j = np.meshgrid(np.arange(t), np.arange(b + 1), indexing="ij")
+    col = i - b + j
+    ok = col >= 0
+    X = np.zeros((t, t))
+    X[i[ok], col[ok]] = band[:t][ok]
+    return X
 
 
-def unpack_factor(chol: np.ndarray, t: int) -> np.ndarray:
-    """The dense ``t×t`` lower-triangular ``L_t`` from the packed factor (for checks and analysis)."""
-    i, j = np.tril_indices(t)
-    L = np.zeros((t, t))
-    L[i, j] = chol[_packed(i) + j]
-    return L
+def _band_block(band: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The dense lower-triangular block ``X[lo:hi, lo:hi]`` of a band, ``hi − lo ≤ b``."""
+    b = band.shape[1] - 1
+    n = hi - lo
+    r, c = np.tril_indices(n)
+    block = np.zeros((n, n))
+    block[r, c] = band[lo + r, b - r + c]
+    return block
 
 
-def full_factor_push(
-    w_dense: np.ndarray, chol: np.ndarray, w_row: np.ndarray, t: int, ridge: float
+def band_push(
+    w_band: np.ndarray, l_band: np.ndarray, by_staleness: np.ndarray, t: int, ridge: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Add row ``t`` (1-based, ``w_row = W[t, 1..t]``) to the incremental MA-full solver (module
-    docstring): ``w_dense[:t, :t] = W_{1:t,1:t}`` and, for ``λ > 0``, the Cholesky factor ``L_t``
-    (``L_t L_tᵀ = W Wᵀ + λI``) packed by rows in ``chol[:t(t+1)/2]`` (:func:`_packed`).
+    """Add row ``t`` (1-based; ``by_staleness[τ] = W[t, t−τ]``, entries with ``τ ≥ t`` ignored)
+    to the banded MA-full solver (docs/server-rules.md §4, "Banded solver").
 
-    Both arrays are capacity-sized (doubling, :func:`_grown`) and written in place: rows ``< t``
-    are never touched, so a state that saw ``t−1`` rows stays valid. Returns the (possibly
-    regrown) arrays. Raises ``numpy.linalg.LinAlgError`` when ``γ − ‖l‖² ≤ 0`` (``λ`` too small
-    for round-off; a direct Cholesky would fail too)."""
-    w = np.asarray(w_row, dtype=np.float64)
-    w_dense = _grown(w_dense, (t, t))
-    w_dense[t - 1, :t] = w
+    Layout: with ``b`` = the band's width − 1 (the largest staleness seen so far),
+    ``w_band[i, j] = W[i, i−b+j]`` and ``l_band[i, j] = F[i, i−b+j]`` (0-based rows, the diagonal in
+    the last column, zeros left of column 0), where ``F_t F_tᵀ = G_t = W_t W_tᵀ + λI``. ``W`` has
+    lower bandwidth ``b``, hence so has ``G`` (``G[i, j] = Σ_k W[i,k] W[j,k] = 0`` for
+    ``i − j > b``) and so has ``F`` — exactly, there is no fill-in outside the band. The bordering
+    of the module docstring is therefore done on the band::
+
+        g = W[lo:t−1, lo:t−1] w̄,   F[lo:t−1, lo:t−1] l = g,   F[t, t] = √(‖w_t‖² + λ − ‖l‖²)
+
+    with ``lo`` the first version ``w_t`` reaches (``t − 1 − lo ≤ b``): ``O(b²)`` per step, memory
+    ``O(t·b)`` (row capacity doubled as needed). A staleness above ``b`` widens both bands to it
+    (zero columns on the left: the entries it adds are exact zeros of ``W`` and ``F``, no
+    re-factorisation). ``band[:t].T`` is LAPACK's upper band storage of ``Wᵀ`` and
+    ``Fᵀ`` (``ab[b + r − c, c] = Xᵀ[r, c]``) without a copy: :func:`band_solve` uses it.
+
+    Returns the (possibly regrown) arrays, written in place: rows ``< t`` are never changed except
+    by a widening (which copies). Raises ``numpy.linalg.LinAlgError`` when ``‖w_t‖² + λ − ‖l‖² ≤ 0``
+    (``λ`` too small for round-off; a direct Cholesky would fail too)."""
+    w = np.asarray(by_staleness, dtype=np.float64)[:t]
+    nz = np.flatnonzero(w)
+    need = int(nz[-1]) if nz.size else 0
+    w = np.ascontiguousarray(w[: need + 1])  # a strided view would take another order of summation in w @ w
+    w_band = _widened(w_band, t, need + 1)
+    b = w_band.shape[1] - 1
+    i = t - 1
+    w_band[i] = 0.0
+    w_band[i, b - need :] = w[::-1]
     if ridge == 0:
-        return w_dense, chol
-    chol = _grown(chol, (_packed(t),))
-    row = chol[_packed(t - 1) : _packed(t)]  # view: L_t[t−1, :t]
-    nz = np.flatnonzero(w[: t - 1])
-    lo = int(nz[0]) if nz.size else t - 1
-    row[:lo] = 0.0
+        return w_band, l_band
+    l_band = _widened(l_band, t, b + 1)
+    row = l_band[i]
+    row[:] = 0.0
+    older = np.flatnonzero(w[1:])
+    n = int(older[-1]) + 1 if older.size else 0  # lo = t − 1 − n (0-based)
+    lo = i - n
     l = np.zeros(0)
-    if lo < t - 1:
-        g = w_dense[lo : t - 1, lo : t - 1] @ w[lo : t - 1]
-        i, j = np.tril_indices(t - 1 - lo)
-        block = np.zeros((t - 1 - lo, t - 1 - lo))
-        block[i, j] = chol[_packed(i + lo) + j + lo]  # L_{t−1}[lo:, lo:]
-        l = scipy.linalg.solve_triangular(block, g, lower=True, check_finite=False)
-        row[lo : t - 1] = l
+    if n:
+        g = _band_block(w_band, lo, i) @ np.ascontiguousarray(w[n:0:-1])
+        l = scipy.linalg.solve_triangular(_band_block(l_band, lo, i), g, lower=True, check_finite=False)
+        row[b - n : b] = l
     pivot = float(w @ w) + ridge - float(l @ l)
     if not pivot > 0.0:
         raise np.linalg.LinAlgError(f"MA-full step {t}: W Wᵀ + λI not positive definite in round-off (λ = {ridge})")
-    row[t - 1] = np.sqrt(pivot)
-    return w_dense, chol
+    row[b] = np.sqrt(pivot)
+    return w_band, l_band
 
 
-def full_factor_solve(w_dense: np.ndarray, chol: np.ndarray, t: int, m_row: np.ndarray, ridge: float) -> np.ndarray:
-    """``a_t`` (length ``t``) from the incremental solver after :func:`full_factor_push` of row ``t``:
-    ``λ > 0``: ``a = L⁻ᵀ L⁻¹ W m`` (LAPACK ``dpptrs`` on the packed factor, no copy, ``O(t²)``);
-    ``λ = 0``: :func:`ma_full_coefficients` on ``W_{1:t,1:t}`` (back substitution, or lstsq)."""
-    W = w_dense[:t, :t]
-    m = np.asarray(m_row, dtype=np.float64)
+_BLAS: list[ThreadpoolController] = []  # made on first use: building one scans the loaded libraries (~1 ms)
+
+
+def _one_blas_thread() -> Any:
+    """A context in which BLAS and LAPACK run on one thread. The banded products and solves are
+    ``O(t·b)``: OpenBLAS splits them over threads, which costs far more than it saves (on the
+    loaded 2-core machine of docs/performance.md a step at ``t = 2000`` took 2.6 ms of CPU on two
+    threads and 0.19 ms on one), and the split would depend on the machine's thread count."""
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
+def band_solve(w_band: np.ndarray, l_band: np.ndarray, t: int, m_row: np.ndarray, ridge: float) -> np.ndarray:
+    """``a_t`` (length ``t``) from the banded solver after :func:`band_push` of row ``t``:
+
+    * ``λ > 0``: ``a = F⁻ᵀ F⁻¹ (W_t M[t,:]ᵀ)`` — ``W_t m`` by BLAS ``dtbmv`` and the two banded
+      triangular solves by LAPACK ``dpbtrs``, ``O(t·b)``;
+    * ``λ = 0`` with a safe diagonal (:func:`_diagonal_is_safe`: every ``|W[s,s]| >
+      t·eps·max|W_t|``): ``W_tᵀ a = M[t,:]ᵀ`` by banded back substitution (``dtbtrs``), ``O(t·b)``;
+    * ``λ = 0`` otherwise: the minimum-norm least squares of :func:`ma_full_coefficients` on the
+      dense ``W_t`` rebuilt from the band (``O(t²)`` memory and ``O(t³)`` time for that step, as
+      a direct solve).
+
+    ``a_t`` has full support in general (``G_t⁻¹`` of a banded ``G`` is dense), so the history of
+    ``r_s`` and ``a_t`` stay ``O(t)`` per step."""
+    with _one_blas_thread():
+        return _band_solve(w_band, l_band, t, np.ascontiguousarray(m_row, dtype=np.float64), ridge)
+
+
+def _band_solve(w_band: np.ndarray, l_band: np.ndarray, t: int, m: np.ndarray, ridge: float) -> np.ndarray:
+    b = w_band.shape[1] - 1
+    wT = w_band[:t].T  # upper band storage of W_tᵀ, Fortran-ordered
     if ridge == 0:
-        return ma_full_coefficients(W, m, 0.0)
-    a, info = scipy.linalg.lapack.dpptrs(t, chol[: _packed(t)], W @ m, lower=0)
+        if _pivots_are_safe(w_band[:t, b], float(np.max(np.abs(w_band[:t]), initial=0.0)), t):
+            a, info = scipy.linalg.lapack.dtbtrs(wT, m[:, None], uplo="U", trans="N")
+            if info != 0:
+                raise np.linalg.LinAlgError(f"MA-full step {t}: dtbtrs info = {info}")
+            return a[:, 0]
+        return ma_full_coefficients(band_dense(w_band, t), m, 0.0)
+    rhs = scipy.linalg.blas.dtbmv(b, wT, m, lower=0, trans=1)
+    a, info = scipy.linalg.lapack.dpbtrs(l_band[:t].T, rhs, lower=0)
     if info != 0:
-        raise np.linalg.LinAlgError(f"MA-full step {t}: dpptrs info = {info}")
+        raise np.linalg.LinAlgError(f"MA-full step {t}: dpbtrs info = {info}")
     return a
-
-
-def _empty_factor() -> tuple[np.ndarray, np.ndarray]:
-    return np.zeros((0, 0)), np.zeros(0)
 
 
 def coefficient_matrix_full(
     W: np.ndarray, kind: TargetKind, beta: float, ridge: float, window: int | None = None
 ) -> np.ndarray:
     """``A`` (T×T, row ``t`` = ``a_t``) that MA-full uses on the recorded ``W``, step by step, with
-    the rule's code: the incremental solver while ``window`` is None or ``t ≤ L``, the windowed
-    problem after. ``O(T³)`` with ``λ > 0`` (``O(T⁴)`` only for ``λ = 0`` with singular ``W``)."""
+    the rule's code: the banded incremental solver (:func:`band_push`, :func:`band_solve`) while
+    ``window`` is None or ``t ≤ L``, the windowed problem after. ``O(T²·b)`` with ``λ > 0`` for
+    the largest staleness ``b`` in ``W`` (``O(T⁴)`` only for ``λ = 0`` with singular ``W``)."""
     W = np.asarray(W, dtype=np.float64)
     T = W.shape[0]
     A = np.zeros((T, T))
-    w_dense, chol = _empty_factor()
+    w_band, l_band = _empty_band()
     for t in range(1, T + 1):
         m = target_row(kind, beta, t)
         if window is None or t <= window:
-            w_dense, chol = full_factor_push(w_dense, chol, W[t - 1, :t], t, ridge)
-            A[t - 1, :t] = full_factor_solve(w_dense, chol, t, m, ridge)
+            w_band, l_band = band_push(w_band, l_band, W[t - 1, t - 1 :: -1], t, ridge)
+            A[t - 1, :t] = band_solve(w_band, l_band, t, m, ridge)
         else:
             A[t - 1, :t] = ma_full_window_coefficients(W[:t, :t], m, ridge, window)
     return A
@@ -426,16 +496,17 @@ class MAFullState(NamedTuple):
 
     ``history``: ``(capacity, d)`` tensor, ``r_s`` (flattened) in slot ``(s−1) mod capacity``;
     the capacity doubles as needed, up to ``L`` with a window (then it is a ring).
-    ``w_dense`` (``W_{1:t,1:t}``, capacity-sized) and ``chol`` (``L_t`` packed by rows): the
-    incremental solver (:func:`full_factor_push`) while there is no window or ``step ≤ L``;
-    empty afterwards. ``rows``: with a window, the last ``L`` rows of ``W``
+    ``w_band`` and ``l_band``: the bands of ``W_{1:t,1:t}`` and of the Cholesky factor of
+    ``W Wᵀ + λI`` (``capacity × (b+1)``, ``b`` the largest staleness seen, layout of
+    :func:`band_push`; ``l_band`` stays empty for ``λ = 0``): the incremental solver while
+    there is no window or ``step ≤ L``; empty afterwards. ``rows``: with a window, the last ``L`` rows of ``W``
     indexed by staleness (``rows[i][τ] = W[s, s−τ]``). ``written``: a 1-element array shared by
     the states whose buffers are shared: the highest step written into them (copy-on-write)."""
 
     step: int
     history: torch.Tensor
-    w_dense: np.ndarray
-    chol: np.ndarray
+    w_band: np.ndarray
+    l_band: np.ndarray
     rows: tuple[np.ndarray, ...]
     written: np.ndarray
 
@@ -445,8 +516,11 @@ class MAFull(_MARule):
     ``a_t`` from the incremental solver (no window, or ``t ≤ L``) or the windowed problem (module
     docstring). ``coefficients`` = ``a_t`` (length ``t``, zeros outside the window).
 
-    Per step: ``O(n·d)`` for ``m_t`` (``n = min(L, t)``) plus ``O(t²)`` (incremental) or ``O(L³)``
-    (windowed) for ``a_t``; memory ``O(n·d + t²)`` (``O(L·d + L²)`` with a window).
+    Per step: ``O(n·d)`` for ``m_t`` (``n = min(L, t)``) plus ``O(t·b + b²)`` (incremental, ``b``
+    the largest staleness observed so far; docs/server-rules.md §4 "Banded solver") or ``O(L³)``
+    (windowed) for ``a_t``; memory ``O(n·d + t·b)`` (``O(L·d + L²)`` with a window). Without a
+    window the history of ``r_s`` stays ``O(t·d)``: ``a_t = G_t⁻¹ W_t M[t,:]ᵀ`` has full support
+    in general (the inverse of a banded ``G_t`` is dense), so every ``r_s`` is needed.
 
     The buffers are written in place (no copy of the history per step: ``in_place_state``, see
     ``asyncfl.server.rules.ServerRule``). States are threaded linearly by the engine; a state
@@ -469,7 +543,7 @@ class MAFull(_MARule):
 
     def init(self, theta: torch.Tensor) -> MAFullState:
         history = theta.new_empty((0, theta.numel()))
-        return MAFullState(0, history, *_empty_factor(), (), np.zeros(1, dtype=np.int64))
+        return MAFullState(0, history, *_empty_band(), (), np.zeros(1, dtype=np.int64))
 
     def _own(self, state: MAFullState) -> MAFullState:
         """``state`` itself when its buffers hold nothing newer (the usual case), else private
@@ -481,7 +555,7 @@ class MAFull(_MARule):
         if self.window is not None and cap == self.window and written >= max(state.step + 2, cap + 1):
             raise ValueError(f"MAFull: state of step {state.step} is stale (its ring buffer holds step {written})")
         return state._replace(
-            history=state.history.clone(), w_dense=state.w_dense.copy(), chol=state.chol.copy(), written=np.zeros(1, dtype=np.int64)
+            history=state.history.clone(), w_band=state.w_band.copy(), l_band=state.l_band.copy(), written=np.zeros(1, dtype=np.int64)
         )
 
     def _store(self, history: torch.Tensor, r: torch.Tensor, t: int) -> torch.Tensor:
@@ -522,11 +596,11 @@ class MAFull(_MARule):
         history = self._store(state.history, aggregate.r, t)
         rows = self._window_rows(state.rows, aggregate.weights, t)
         if self.window is None or t <= self.window:
-            w_dense, chol = full_factor_push(state.w_dense, state.chol, version_row(aggregate.weights, t), t, self.ridge)
-            a = full_factor_solve(w_dense, chol, t, self._target_row(t), self.ridge)
+            w_band, l_band = band_push(state.w_band, state.l_band, aggregate.weights, t, self.ridge)
+            a = band_solve(w_band, l_band, t, self._target_row(t), self.ridge)
             n = t
         else:
-            w_dense, chol = _empty_factor()
+            w_band, l_band = _empty_band()
             n = self.window
             a = np.zeros(t)
             a[t - n :] = self._windowed(rows, t)
@@ -536,7 +610,7 @@ class MAFull(_MARule):
         coef = torch.from_numpy(slot_coef).to(dtype=history.dtype, device=history.device)
         m = (coef @ history[: len(slot_coef)]).reshape(aggregate.r.shape)
         state.written[0] = t
-        return RuleOutput(m, MAFullState(t, history, w_dense, chol, rows, state.written), a)
+        return RuleOutput(m, MAFullState(t, history, w_band, l_band, rows, state.written), a)
 
 
 class MALightState(NamedTuple):
