@@ -10,9 +10,17 @@ report (``bias.json``) and its figure (``metrics.png``); the benchmark checks bo
 every run.
 
     python -m benchmarks.startup [--repeat 7] [--scenario scenarios/quickstart.toml] [--steps 20] [--compare ROOT]
+                                 [--bytecode cached|source]
 
 ``--compare ROOT`` also times the same run from another checkout (its own ``PYTHONPATH``), in the
 same interleaving: a before/after comparison under the same load.
+
+``--bytecode cached`` (the default) measures what an installed asyncfl costs: every command runs
+with its compiled bytecode cached (in a temporary ``PYTHONPYCACHEPREFIX``, so no checkout is
+written to), after one untimed round that fills the cache; torch's bytecode is cached in the same
+way. ``--bytecode source`` runs with ``PYTHONDONTWRITEBYTECODE=1`` as a shell that sets it does,
+so that each run compiles asyncfl's modules from source again (about 0.3–0.4 s of CPU on the
+2-core VM of docs/performance.md) while torch's bytecode comes from site-packages.
 """
 
 from __future__ import annotations
@@ -30,10 +38,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, float]:
+def timed(cmd: list[str], root: Path = ROOT, env: dict[str, str] | None = None) -> tuple[float, float]:
     """``(wall seconds, CPU seconds)`` of one run of ``cmd`` as a child process in ``root`` (on
-    its ``PYTHONPATH``; fails loudly on a non-zero exit)."""
-    env = dict(os.environ, PYTHONPATH=str(root))
+    its ``PYTHONPATH``; the environment ``env``, default this one; fails loudly on a non-zero exit)."""
+    env = dict(os.environ if env is None else env, PYTHONPATH=str(root))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
@@ -54,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="scenarios/quickstart.toml")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--compare", type=Path, help="another checkout whose run is timed alongside")
+    parser.add_argument("--bytecode", choices=("cached", "source"), default="cached",
+                        help="cached: compiled bytecode cached, as an installed package runs (default); "
+                             "source: PYTHONDONTWRITEBYTECODE=1, asyncfl compiled from source on every run")
     args = parser.parse_args(argv)
     roots = {"run": ROOT, **({"compare": args.compare.resolve()} if args.compare else {})}
     py = sys.executable
@@ -62,13 +73,24 @@ def main(argv: list[str] | None = None) -> int:
     torch_cmd = [py, "-c", "import torch"]
     samples: dict[str, list[tuple[float, float]]] = {"torch": [], **{name: [] for name in roots}}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeat):
-            samples["torch"].append(timed(torch_cmd))
+        env = dict(os.environ)
+        if args.bytecode == "cached":
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        else:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+        print(f"bytecode: {args.bytecode}")
+        for i in range(-1 if args.bytecode == "cached" else 0, args.repeat):  # round -1 fills the cache, untimed
+            sample = timed(torch_cmd, env=env)
+            if i >= 0:
+                samples["torch"].append(sample)
             for name, root in roots.items():
                 out = Path(tmp) / f"{name}{i}"
                 run_cmd = [py, "-m", "asyncfl", "run", args.scenario, "--set", f"run.steps={args.steps}", "--out", str(out),
                            "--quiet"]
-                samples[name].append(timed(run_cmd, root))
+                sample = timed(run_cmd, root, env)
+                if i >= 0:
+                    samples[name].append(sample)
                 missing = [f for f in ("bias.json", "metrics.png") if not (out / f).is_file()]
                 if missing:
                     raise SystemExit(f"the run from {root} did not write {', '.join(missing)}")

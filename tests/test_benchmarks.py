@@ -168,6 +168,7 @@ def test_startup_benchmark_times_a_run_against_importing_torch(capsys):
     assert startup.main(["--repeat", "1", "--steps", "2"]) == 0
     out = capsys.readouterr().out
     assert "overhead over importing torch" in out and "(CPU)" in out and "load average" in out
+    assert "bytecode: cached" in out
 
 
 def test_bf16_accuracy_benchmarks_t_interval_is_students():

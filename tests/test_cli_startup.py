@@ -117,6 +117,16 @@ def test_import_asyncfl_is_light_and_its_readers_load_on_first_call():
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
 
 
+def test_a_run_starts_without_scipy_which_only_its_bias_report_needs():
+    """``asyncfl run``'s module (the engine, torch) loads neither scipy nor the bias report: the
+    runner imports them when the run finishes, while the figure process draws (docs/performance.md,
+    "Start-up")."""
+    code = ("import sys, asyncfl.cli.run_cmd; "
+            "print([m for m in ('scipy', 'asyncfl.run.bias_report', 'asyncfl.server.ma') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
+
+
 def test_argument_errors_are_one_line_naming_the_problem(tmp_path):
     out, proc = _run(tmp_path, ["run", QUICKSTART, "--bogus"])
     assert out["rc"] == 2

@@ -61,7 +61,8 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
                          figures: FigureProcess) -> int:
     def _plot(out: Path) -> None:
         """``metrics.FORMAT`` for a run the CLI drove (library runs and studies skip it: ~0.3 s each),
-        drawn by the figure process started before torch was imported."""
+        drawn by the figure process started before torch was imported (waiting for it when the
+        run has already asked it to draw)."""
         figures.draw(out, fmt)
 
     with progress_bar(total, quiet) as progress, graceful_sigint() as should_stop:
@@ -73,8 +74,9 @@ def _drive_with_progress(total: int, start: int, quiet: bool, coroutine_of: Call
                 fields["loss"] = f"{event.metrics['loss']:.4g}"
             progress.update(bar, completed=event.step, **fields)
 
-        try:
-            summary = asyncio.run(coroutine_of(on_event=on_event, should_stop=should_stop))
+        try:  # the figure is started as soon as metrics.csv is complete, drawn while the run writes its last files
+            summary = asyncio.run(coroutine_of(on_event=on_event, should_stop=should_stop,
+                                               on_metrics_written=lambda: figures.start(out, fmt)))
         except NumericalFault:
             _plot(out)
             raise

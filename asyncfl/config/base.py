@@ -16,9 +16,13 @@ class Section(BaseModel):
     """Base of every scenario section: unknown keys, NaN/Inf and wrong types are errors.
 
     ``file_keys``: the keys that name input files; a relative path written in a scenario file is
-    relative to that file, and the resolved scenario names it absolutely (docs/scenario.md §2)."""
+    relative to that file, and the resolved scenario names it absolutely (docs/scenario.md §2).
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    ``defer_build``: a section's validator is built when it first validates, not when its class
+    is defined, so a run pays only for the sections and components its scenario names, not for
+    every registered one (docs/performance.md, "Start-up")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False, defer_build=True)
     file_keys: ClassVar[tuple[str, ...]] = ()
 
 

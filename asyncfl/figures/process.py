@@ -4,9 +4,11 @@
 matplotlib's import and the drawing are most of a short run's start-up after torch. So
 ``asyncfl run`` and ``asyncfl resume`` start a figure process before they import torch: it imports
 matplotlib and the figure module on the machine's other core while the parent imports torch and
-simulates, then waits. When the run ends the parent sends it the run directory and the format,
-waits for it to draw, and returns: the figure exists when the command ends, as before, with the
-same content. The protocol on the child's stdin is one line, ``FORMAT<TAB>RUN_DIR``; an empty
+simulates, then waits. As soon as the run's ``metrics.csv`` is complete the parent sends it the run
+directory and the format (:meth:`FigureProcess.start`) and goes on writing the run's last files
+and its bias report (which loads scipy) while the child draws; then it waits for the figure
+(:meth:`FigureProcess.draw`) and returns: the figure exists when the command ends, as before,
+with the same content. The protocol on the child's stdin is one line, ``FORMAT<TAB>RUN_DIR``; an empty
 stdin (the run never reached its end) makes it exit without drawing.
 
 Where a separate process would cost more than it saves it is not used: a process that has
@@ -32,6 +34,7 @@ class FigureProcess:
         """``start``: start the child now (False: draw in place, as a process holding matplotlib
         already does)."""
         self._child: subprocess.Popen[str] | None = None
+        self._sent: tuple[Path, str] | None = None  # what the child was asked to draw (start)
         if not start or "matplotlib" in sys.modules:  # already paid for here: nothing to overlap
             return
         package_root = str(Path(__file__).resolve().parents[2])  # this asyncfl, whatever the child's sys.path
@@ -42,13 +45,29 @@ class FigureProcess:
         except OSError:
             self._child = None
 
+    def start(self, run_dir: Path, fmt: str) -> None:
+        """Ask the child to draw ``run_dir/metrics.FMT`` now, without waiting for it (:meth:`draw`
+        waits): the run's ``metrics.csv`` and ``scenario.toml`` must be complete. Without a child
+        (or once it is gone) this does nothing and :meth:`draw` draws in place."""
+        child = self._child
+        if child is None or child.stdin is None or self._sent is not None:
+            return
+        try:
+            child.stdin.write(f"{fmt}\t{run_dir.resolve()}\n")
+            child.stdin.flush()
+            self._sent = (run_dir, fmt)
+        except (OSError, ValueError):  # the child is gone: draw() finds out and draws in place
+            pass
+
     def draw(self, run_dir: Path, fmt: str) -> None:
-        """``run_dir/metrics.FMT``, drawn by the child (in place when there is none or it fails)."""
+        """``run_dir/metrics.FMT``, drawn by the child (in place when there is none or it fails),
+        once the child has drawn what :meth:`start` asked for, or asked now."""
+        sent, self._sent = self._sent, None
         child, self._child = self._child, None
         if child is not None:
             try:
-                child.communicate(f"{fmt}\t{run_dir.resolve()}\n", timeout=120)
-                if child.returncode == 0:
+                child.communicate(None if sent is not None else f"{fmt}\t{run_dir.resolve()}\n", timeout=120)
+                if child.returncode == 0 and sent in (None, (run_dir, fmt)):
                     return
             except (OSError, subprocess.TimeoutExpired):
                 child.kill()
@@ -56,10 +75,10 @@ class FigureProcess:
         _draw(run_dir, fmt)
 
     def close(self) -> None:
-        """Let the child go without drawing (idempotent)."""
-        child, self._child = self._child, None
+        """Let the child go without drawing, or after drawing what :meth:`start` asked for (idempotent)."""
+        child, self._child, self._sent = self._child, None, None
         if child is not None:
-            child.communicate("", timeout=60)
+            child.communicate(None, timeout=60)
 
     def __enter__(self) -> FigureProcess:
         return self

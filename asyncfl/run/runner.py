@@ -15,6 +15,7 @@ scratch in place (``scenario.toml`` is kept, the outputs are rewritten).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import reprlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,14 @@ from asyncfl.config.stop import FINISHED_STATUSES
 from asyncfl.errors import CheckpointError, NumericalFault, RunDirError, RunInterrupted, ScenarioError, SimulationStalled
 from asyncfl.records import METRIC_FIELDS, UPDATE_FIELDS, StepEvent
 from asyncfl.privacy import per_client
-from asyncfl.run import bias_report, checkpoint, counts_file, provenance, rundir, stops, tracking
+from asyncfl.run import checkpoint, counts_file, provenance, rundir, stops, tracking
 from asyncfl.run.checkpoint import CHECKPOINT_NAME
 from asyncfl.sim.engine import Simulation
+
+#: the bias report's runner hook (``bias.json``), imported when a run first finishes: it loads
+#: scipy (about 0.4 s), which a run's start need not wait for and which the CLI's figure process
+#: overlaps with drawing ``metrics.png`` (docs/performance.md, "Start-up")
+BIAS_REPORT_HOOK = "asyncfl.run.bias_report:finish_hook"
 
 
 class AlreadyCompleted(RunDirError):
@@ -71,10 +77,16 @@ def finalize(sim: Simulation, writer: rundir.RunWriter, status: str, extra: dict
         writer.write_privacy_clients(per_client.client_rows(spent, setup.sigma, setup.delta, setup.accountant,
                                                             release=setup.client_release))
     writer.write_model({k: v.detach().cpu().clone() for k, v in sim.task.unflatten(sim.theta).items()})  # from the CPU, any device
-    bias_report.finish_hook(sim, writer.path)
+    _load(BIAS_REPORT_HOOK)(sim, writer.path)
     summary = {**sim.summary(), "status": status, **(extra or {})}
     writer.write_summary(summary)
     return summary
+
+
+def _load(target: str) -> Any:
+    """The attribute ``target`` (``"package.module:attribute"``) names, its module imported on first use."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 async def run_to_dir(
@@ -85,9 +97,13 @@ async def run_to_dir(
     on_event: Callable[[StepEvent], None] | None = None,
     simulation: Simulation | None = None,
     should_stop: Callable[[], bool] | None = None,
+    on_metrics_written: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``scenario`` and write its run directory ``out``; returns the summary. The directory
-    is locked for the whole run (:class:`~asyncfl.run.rundir.RunLock`)."""
+    is locked for the whole run (:class:`~asyncfl.run.rundir.RunLock`). ``on_metrics_written``
+    is called once ``metrics.csv`` is complete, before the final files and the bias report are
+    written, when the run completes or a stop fires (the CLI's figure process starts drawing
+    ``metrics.png`` then, alongside them: docs/performance.md, "Start-up")."""
     trackers = tracking.build(scenario)  # their optional packages checked before anything is written
     rundir.check_out(out, overwrite=overwrite)
     # built first: a scenario refused while building (memory, traces) leaves no directory behind
@@ -98,7 +114,7 @@ async def run_to_dir(
         writer = rundir.RunWriter(path, metric_fields=metric_fields(sim))
         writer.write_scenario(scenario.to_toml())
         provenance.write(path, scenario, sim.task)
-        return await _drive(sim, scenario, writer, on_event, should_stop, trackers)
+        return await _drive(sim, scenario, writer, on_event, should_stop, trackers, on_metrics_written)
 
 
 async def _drive(
@@ -108,6 +124,7 @@ async def _drive(
     on_event: Callable[[StepEvent], None] | None,
     should_stop: Callable[[], bool] | None,
     trackers: dict[str, tracking.Tracker],
+    on_metrics_written: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Drive ``sim`` into ``writer``'s directory: periodic checkpoints, and a final one when the
     run is stopped (``should_stop``, i.e. SIGINT) or diverges; the summary says which
@@ -164,6 +181,8 @@ async def _drive(
     except BaseException:
         _close_trackers(board, writer)
         raise
+    if on_metrics_written is not None:  # metrics.csv is closed: the figure needs nothing finalize writes
+        on_metrics_written()
     summary = finalize(sim, writer, stops.STOPPED, {"stop": stopped}) if stopped is not None else finalize(sim, writer, "completed")
     return _close_trackers(board, writer, summary)
 
@@ -318,11 +337,13 @@ async def resume_prepared(
     *,
     on_event: Callable[[StepEvent], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    on_metrics_written: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Continue a run :func:`prepare_resume` checked: take the lock (held until the resumed run
     ends), make sure nothing changed since the checks, record accepted code changes, then cut
     ``updates.csv`` and ``metrics.csv`` back to the checkpoint's rows and continue (or, without a
-    checkpoint, rewrite the outputs from scratch, ``scenario.toml`` kept)."""
+    checkpoint, rewrite the outputs from scratch, ``scenario.toml`` kept). ``on_metrics_written``:
+    as in :func:`run_to_dir`."""
     plan, sim = ready.plan, ready.sim
     with rundir.RunLock.acquire(plan.path):
         again = inspect_run_dir(plan.path)
@@ -335,7 +356,7 @@ async def resume_prepared(
             for name in OUTPUTS:
                 (plan.path / name).unlink(missing_ok=True)
             writer = rundir.RunWriter(plan.path, metric_fields=metric_fields(sim))
-            return await _drive(sim, plan.scenario, writer, on_event, should_stop, ready.trackers)
+            return await _drive(sim, plan.scenario, writer, on_event, should_stop, ready.trackers, on_metrics_written)
         ck = plan.checkpoint
         sim.restore(ck.state)
         _remove_temporaries(plan.path)
@@ -353,7 +374,7 @@ async def resume_prepared(
             finally:
                 writer.close()
             raise NumericalFault(ck.fault)
-        return await _drive(sim, plan.scenario, writer, on_event, should_stop, ready.trackers)
+        return await _drive(sim, plan.scenario, writer, on_event, should_stop, ready.trackers, on_metrics_written)
 
 
 async def resume_dir(
