@@ -175,3 +175,23 @@ def test_tensorboard_logs_the_evaluations_and_staleness(tmp_path):
     assert [h.step for h in hist] == [4, 8, 12]
     assert hist[0].histogram_value.num == counts[:4].sum()  # the updates accepted since the previous evaluation
     assert "tensorboard" not in (out / "summary.json").read_text()  # machinery, not state
+
+
+def test_a_diverged_runs_curve_is_drawn_without_its_overflowing_values(tmp_path, capsys):
+    """A quadratic run at the quickstart's rates diverges at step 10 (test loss ≈ 7·10²⁸⁷): the
+    run exits 3 naming the fault, with no traceback, and metrics.png is still written — the values
+    beyond 10¹⁰⁰ are gaps in the curve (a log axis's ticks overflow a float there), kept in metrics.csv."""
+    from asyncfl.figures.metrics import PLOT_LIMIT, plottable
+
+    assert plottable([1.0, math.inf, -2e100, 7.19e287, math.nan]) == pytest.approx([1.0, math.nan, math.nan, math.nan, math.nan], nan_ok=True)
+    assert plottable([PLOT_LIMIT, -PLOT_LIMIT]) == [PLOT_LIMIT, -PLOT_LIMIT]
+    out = tmp_path / "run"
+    code = main(["run", "scenarios/quickstart.toml", "--set", "run.steps=20", "--set", "task.name=quadratic",
+                 "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 3 and "diverged" in err and "Traceback" not in err
+    assert (out / "metrics.png").stat().st_size > 0
+    import csv
+
+    losses = [float(row["loss"]) for row in csv.DictReader((out / "metrics.csv").open()) if row["loss"]]
+    assert max(losses) > PLOT_LIMIT

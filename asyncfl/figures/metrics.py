@@ -104,8 +104,9 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
         for i, metric in enumerate(metrics):
             if all(math.isnan(v) for v in d.get(metric, [math.nan])):
                 continue  # e.g. the accuracy of a regression run
+            ys = plottable(d[metric])
             for j, x in enumerate(("step", "time")):
-                (line,) = axes[i][j].plot(d[x], d[metric], label=label, lw=1.4, marker=marker, ms=3)
+                (line,) = axes[i][j].plot(d[x], ys, label=label, lw=1.4, marker=marker, ms=3)
                 handles.setdefault(k, line)
     for i, metric in enumerate(metrics):
         for j, xlabel in enumerate((STEP_LABEL, TIME_LABEL)):
@@ -127,10 +128,20 @@ def plot_metrics(run_dirs: Sequence[str | Path], path: str | Path, labels: Seque
     return save(fig, path, fmt)
 
 
+#: the largest magnitude a curve shows: a diverged run's loss (10²⁸⁸ has been seen) is left out of
+#: the figure — its ticks would overflow a float — and stays in metrics.csv
+PLOT_LIMIT = 1e100
+
+
+def plottable(values: list[float]) -> list[float]:
+    """``values`` with every non-finite one and every one beyond ±:data:`PLOT_LIMIT` as NaN (a gap)."""
+    return [v if math.isfinite(v) and abs(v) <= PLOT_LIMIT else math.nan for v in values]
+
+
 def _positive(data: list[dict[str, list[float]]], key: str) -> bool:
     """Worth a log scale: positive values spanning more than a factor 20 (a narrower span reads
     better on a linear axis than with a log axis's sparse 2×10⁰ labels)."""
-    values = [v for d in data for v in d[key] if math.isfinite(v)]
+    values = [v for d in data for v in plottable(d[key]) if math.isfinite(v)]
     return bool(values) and min(values) > 0 and max(values) / min(values) > 20
 
 
