@@ -60,7 +60,7 @@ from asyncfl.staleness_counts import StalenessCounts
 #: (scenario sections with every plug-in's keys, state types by module) — all refused
 #: 5: Counters.dropped_declared (a protocol's own drop reasons); 6: Counters.dropped_unallotted (random
 #: allocation's late uploads, which format 5 did not count, so its checkpoints did not fit their rows);
-#: 7: MAFullState.w_band and l_band (MA-full's banded solver, server.ma_solver)
+#: 7: MAFullState.w_band and l_band (MA-full keeps W and its Cholesky factor as bands, docs/server-rules.md §4)
 CHECKPOINT_FORMAT = 7
 CHECKPOINT_NAME = "checkpoint.pt"
 
