@@ -49,7 +49,7 @@ import scipy.linalg.lapack
 from threadpoolctl import threadpool_limits
 
 from asyncfl.server.aggregation import weight_row
-from asyncfl.server.ma import LIGHT_RANK_RTOL, TargetKind, _solve_window, _target_weights, light_fit_kind
+from asyncfl.server.ma import LIGHT_RANK_RTOL, TargetKind, _solve_window, _target_weights, has_lookahead, light_fit_kind
 
 #: columns of ``G_t⁻¹ e_t`` that unwindowed MA-full's back substitution carries (at least 16 bands)
 FULL_WINDOW = 1024
@@ -226,7 +226,7 @@ def light_rows_from_uv(uv: np.ndarray, kind: TargetKind, beta: float) -> list[tu
     ``ã_t = v_t ã_{t−1} + u_t e_t``; for Nesterov ``A = I + βÃ``, so
     ``a_t = v_t (a_{t−1} − e_{t−1}) + (1 + β u_t) e_t`` with ``a_{t−1}[t−1] = 1 + β u_{t−1}``."""
     uv = np.asarray(uv, dtype=np.float64).reshape(-1, 2)
-    if kind == "momentum":
+    if not has_lookahead(kind):
         return [(float(v), t, np.array([u])) for t, (u, v) in enumerate(uv)]
     rows = []
     for t, (u, v) in enumerate(uv):
@@ -442,7 +442,7 @@ def floor_banded(B: np.ndarray, kind: TargetKind, beta: float, tol: float = FLOO
                 f = (1.0 - 1.0 / np.sqrt(1.0 + xx)) / xx
                 Q = Q - f * np.outer(x, x @ Q)
                 s = s - f * x * float(x @ s)
-        proj = s if kind == "momentum" else Q[:, 0] + beta * s
+        proj = Q[:, 0] + beta * s if has_lookahead(kind) else s
         out[t] = float(np.sqrt(proj @ proj))
     return out
 

@@ -67,7 +67,10 @@ from asyncfl.server.aggregation import Aggregate
 from asyncfl.server.rules import RuleOutput, ServerRule, lookahead
 
 TargetKind = Literal["momentum", "nesterov"]
-TARGETS: tuple[str, ...] = ("momentum", "nesterov")
+#: each MA target and whether it adds Nesterov's look-ahead ``r_t + β h_t`` to the heavy-ball
+#: buffer ``h`` (``M_nest = I + β M_mom``, docs/server-rules.md §3): the one place that says so
+LOOKAHEAD: dict[str, bool] = {"momentum": False, "nesterov": True}
+TARGETS: tuple[str, ...] = tuple(LOOKAHEAD)
 
 #: MA-light treats the 2-column system ``[W[t,:], b_{t−1}]`` as rank-deficient when, in its QR
 #: with the longer column first, ``|r22|`` is at most this fraction of ``|r11|`` (collinear
@@ -82,12 +85,17 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"ma target {kind!r}: unknown. Allowed: {', '.join(TARGETS)}")
 
 
+def has_lookahead(kind: str) -> bool:
+    """Whether the target ``kind`` adds Nesterov's look-ahead to the heavy-ball buffer (:data:`LOOKAHEAD`)."""
+    _check_kind(kind)
+    return LOOKAHEAD[kind]
+
+
 def _target_weights(kind: str, beta: float, lag: np.ndarray) -> np.ndarray:
     """``M[t, s]`` as a function of the lag ``t − s ≥ 0`` (shared by the row and the matrix so
     that both give the same bits)."""
-    _check_kind(kind)
     lag = np.asarray(lag, dtype=np.float64)
-    if kind == "momentum":
+    if not has_lookahead(kind):
         return np.power(beta, lag)
     return np.where(lag == 0, 1.0 + beta, np.power(beta, lag + 1.0))
 
@@ -436,7 +444,7 @@ def light_matrix_from_uv(
         if t:
             A[t, :t] = uv[t, 1] * A[t - 1, :t]
         A[t, t] = uv[t, 0]
-    return A if kind == "momentum" else np.eye(T) + beta * A
+    return np.eye(T) + beta * A if has_lookahead(kind) else A
 
 
 def coefficient_matrix_light(W: np.ndarray, kind: TargetKind, beta: float) -> np.ndarray:
@@ -645,5 +653,5 @@ class MALight(_MARule):
         w = version_row(aggregate.weights, t)
         u, v = ma_light_coefficients(w, state.b, target_row(light_fit_kind(self.target), self.beta, t))
         h = torch.mul(state.buffer, v).add_(aggregate.r, alpha=u)  # two passes over d, like momentum
-        m = h if self.target == "momentum" else lookahead(aggregate.r, h, self.beta)
+        m = lookahead(aggregate.r, h, self.beta) if has_lookahead(self.target) else h
         return RuleOutput(m, MALightState(t, h, _light_buffer(w, state.b, u, v)), np.array([u, v]))
