@@ -1,7 +1,7 @@
 """``python -m analysis.confirm``: the confirmatory study (docs/confirm.md).
 
 * ``check`` — validate the plan and every design spec it names (each comparison's cells must be
-  cells of its design's spec; a spec that stops its evaluation runs at the target may have no
+  evaluated cells of its design's spec, each width's cells tuned ones; a spec that stops its evaluation runs at the target may have no
   ``final_accuracy`` comparison); runs nothing;
 * ``run DESIGN --out DIR`` — run one design through the review-study engine (resumable); the
   design's digest is recorded in ``DIR/confirm.json`` when its first run starts, and a folder
@@ -57,6 +57,27 @@ def check_stops(design: Design, study: ReviewStudy) -> None:
                          "does not measure: remove the stop, or plan log_time comparisons only")
 
 
+def check_cells(design: Design, study: ReviewStudy) -> None:
+    """Refuse a plan naming a cell its design's spec does not have: each comparison's rule and base
+    (the base at every task of ``base_tasks``) must be evaluated cells, each width's rule and base
+    tuned cells (at ``task``, or at every task of ``beta_tasks``)."""
+    cells = study.cells()
+    evaluated = {(c.task, c.privacy, c.K, c.method) for c in cells if c.evaluate}
+    tuned = {(c.task, c.privacy, c.K, c.method) for c in cells if c.tuned}
+    wanted: list[tuple[str, set, tuple[str, str, int, str]]] = []
+    for comp in design.comparisons + design.secondary:
+        wanted.append((comp.label(), evaluated, (comp.task, comp.privacy, comp.K, comp.rule)))
+        wanted += [(comp.label(), evaluated, (task, comp.privacy, comp.K, comp.base)) for task in comp.base_tasks or [comp.task]]
+    for w in design.widths or []:
+        tasks = [w.task] if w.task is not None else list(w.beta_tasks or {})
+        wanted += [(w.label(), tuned, (task, w.privacy, w.K, method)) for task in tasks for method in (w.rule, w.base)]
+    for label, have, (task, privacy, K, method) in wanted:
+        if (task, privacy, K, method) not in have:
+            kind = "an evaluated" if have is evaluated else "a tuned"
+            raise UsageError(f"designs ({design.id}): {label}: {method} at {task}, {privacy}, K = {K} is not {kind} cell of "
+                             f"{design.spec}")
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
     loaded = load_plan(args.plan)
     if args.action == "check":
@@ -67,12 +88,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                 continue
             study = load_review(spec)
             check_stops(design, study)
-            cells = {(c.task, c.privacy, c.K, c.method) for c in study.cells()}
-            for comp in design.comparisons + design.secondary:
-                for method in (comp.rule, comp.base):
-                    if (comp.task, comp.privacy, comp.K, method) not in cells:
-                        raise UsageError(f"designs ({design.id}): {comp.label()}: {method} at {comp.task}, {comp.privacy}, "
-                                         f"K = {comp.K} is not a cell of {design.spec}")
+            check_cells(design, study)
             say(f"{design.id}: {design.spec} valid ({len(study.cells())} cells; digest {loaded.design_digest(design.id)[:12]})")
         say(f"plan {loaded.path} valid; digest {loaded.plan_digest()}")
         return EXIT_OK
@@ -90,6 +106,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         raise UsageError(f"design {design.id}: has no spec file yet (planned only); add it in a plan revision first")
     study = load_review(spec)
     check_stops(design, study)
+    check_cells(design, study)
     out = Path(args.out)
     record = claim_design(out, loaded, design.id, exploratory=args.exploratory)
     _, code = run_with_progress(design.id, study, out, args, extend=True, on_claimed=record)

@@ -43,8 +43,33 @@ class PlannedComparison(_Strict):
     base: str
     metric: Metric
 
+    #: the base tuned over these tasks too (variants of one task, e.g. ``server.beta`` in their
+    #: overrides): its runs are those of the task whose chosen rate scored best on the tuning seeds
+    #: (docs/confirm.md §2), fixed before any evaluation seed is read
+    base_tasks: list[str] | None = None
+
     def label(self) -> str:
         return f"{self.rule} vs {self.base}, {self.task}, {self.privacy}, K = {self.K}, {self.metric}"
+
+
+class PlannedWidth(_Strict):
+    """One tuning-width comparison (claim 3, the width rule of plan.toml's design 5): ``rule``'s
+    width against ``base``'s in one cell, read from the tuning runs alone. ``over = "lr"``: over
+    the learning rates of ``task``'s grid, in log₂ η; ``over = "beta"``: over ``beta_tasks``
+    (each task carrying one β, the method at its chosen rate there), in log₂ 1/(1 − β)."""
+
+    claim: str
+    over: Literal["lr", "beta"]
+    privacy: str
+    K: Annotated[int, Field(ge=1)]
+    rule: str
+    base: str
+    task: str | None = None
+    beta_tasks: dict[str, Annotated[float, Field(gt=0, lt=1)]] | None = None
+
+    def label(self) -> str:
+        where = self.task if self.over == "lr" else "β over " + ", ".join(f"{b:g}" for b in sorted((self.beta_tasks or {}).values()))
+        return f"{self.rule} vs {self.base}, {where}, {self.privacy}, K = {self.K}"
 
 
 class Claim(_Strict):
@@ -63,6 +88,7 @@ class Design(_Strict):
     cost: Annotated[float, Field(ge=0)]
     comparisons: list[PlannedComparison] = []
     secondary: list[PlannedComparison] = []
+    widths: list[PlannedWidth] | None = None
 
 
 class Plan(_Strict):
@@ -79,6 +105,10 @@ class Plan(_Strict):
             if d.id == design_id:
                 return d
         raise UsageError(f"design {design_id!r}: not in the plan (its designs: {', '.join(d.id for d in self.designs)})")
+
+    def widths(self, claim: str) -> list[tuple[Design, PlannedWidth]]:
+        """Every tuning-width comparison of ``claim``, in plan order (no p-value: no Holm family)."""
+        return [(d, w) for d in self.designs for w in d.widths or [] if w.claim == claim]
 
     def family(self, claim: str) -> list[tuple[Design, PlannedComparison]]:
         """Every primary comparison of ``claim``, in plan order: the claim's Holm family."""
@@ -105,7 +135,8 @@ class LoadedPlan:
     def design_digest(self, design_id: str) -> str:
         d = self.plan.design(design_id)
         shared = self.plan.model_dump(exclude={"designs", "revision"})
-        h = hashlib.sha256(json.dumps({"shared": shared, "design": d.model_dump()}, sort_keys=True).encode())
+        # fields left at None are not in it: a field added to the plan's format keeps every older design's digest
+        h = hashlib.sha256(json.dumps({"shared": shared, "design": d.model_dump(exclude_none=True)}, sort_keys=True).encode())
         if (spec := self.spec_path(d)) is not None:
             h.update(spec.read_bytes())
         return h.hexdigest()
@@ -132,9 +163,15 @@ def load_plan(path: str | Path = PLAN) -> LoadedPlan:
         problems.append("designs: ids must be unique")
     loaded = LoadedPlan(plan, path)
     for d in plan.designs:
-        for c in d.comparisons + d.secondary:
+        for c in [*d.comparisons, *d.secondary, *(d.widths or [])]:
             if c.claim not in claims:
                 problems.append(f"designs ({d.id}).comparisons: claim {c.claim!r} is not one of {', '.join(sorted(claims))}")
+        for w in d.widths or []:
+            if (w.task is None) == (w.beta_tasks is None) or (w.over == "lr") != (w.task is not None):
+                problems.append(f"designs ({d.id}).widths ({w.label()}): over = 'lr' takes task, over = 'beta' takes "
+                                "beta_tasks (one of the two)")
+            elif w.beta_tasks is not None and len(w.beta_tasks) < 2:
+                problems.append(f"designs ({d.id}).widths ({w.label()}).beta_tasks: at least two β")
         spec = loaded.spec_path(d)
         if spec is not None and not spec.is_file():
             problems.append(f"designs ({d.id}).spec: {d.spec!r} is not a file beside the plan")

@@ -31,6 +31,8 @@ class CellKey:
     K: int
     method: str
     lr_from: str | None = None
+    lr_grid: tuple[float, ...] = ()  # the coarse grid it is tuned on (empty: it takes ``lr_from``'s rate)
+    evaluate: bool = True  # run on the evaluation seeds (False: tuned only)
 
     @property
     def tuned(self) -> bool:
@@ -50,7 +52,7 @@ class ReviewStudy:
     (:meth:`scenario`) and the digest of everything its runs follow from (:meth:`digest`)."""
 
     def __init__(self, review: ReviewSpec, base_dir: Path, source: str | None = None) -> None:
-        self.review = review
+        self.review, self._source = review, source
         self._cells = self._expand(review)
         problems = []
         tuned = {c.source for c in self._cells if c.tuned}
@@ -65,7 +67,7 @@ class ReviewStudy:
             seed = min(set(review.seeds) | set(review.tuning_seeds))
             for task in dict.fromkeys(c.task for c in self._cells):
                 cell = next(c for c in self._cells if c.task == task)
-                lr = (review.lr_grid.of(cell.method) or [1.0])[0]
+                lr = (cell.lr_grid or (1.0,))[0]
                 if self.scenario(cell.point(seed, lr, review.steps)).run.stop is not None:
                     problems.append(f"tasks ({task}): run.stop is set by its scenario, [defaults] or overrides; with "
                                     "tuning.stop_at_target or evaluation.stop_at_target the study sets each run's stop "
@@ -86,11 +88,20 @@ class ReviewStudy:
                 for label in block.privacy:
                     for method in block.methods:
                         ks = [C] if method == "sync-momentum" else [m * C for m in block.k_multiples]
-                        out.extend(CellKey(block.name, task, label, K, method, block.lr_from) for K in ks)
-        # one cell per (task, privacy, K, method): a later block naming it again adds nothing
+                        grid = tuple(sorted(block.grid(method, review.lr_grid) or [])) if block.lr_from is None else ()
+                        out.extend(CellKey(block.name, task, label, K, method, block.lr_from, grid, block.evaluate)
+                                   for K in ks)
+        # one cell per (task, privacy, K, method): a later block naming it again adds nothing, so it
+        # may not ask for it otherwise (another grid, or tuned-only against evaluated)
         seen: dict[tuple[str, str, int, str], CellKey] = {}
+        problems = []
         for cell in out:
-            seen.setdefault((cell.task, cell.privacy, cell.K, cell.method), cell)
+            first = seen.setdefault((cell.task, cell.privacy, cell.K, cell.method), cell)
+            if (first.lr_from, first.lr_grid, first.evaluate) != (cell.lr_from, cell.lr_grid, cell.evaluate):
+                problems.append(f"cells ({cell.block}): names {cell.method} at task {cell.task}, {cell.privacy}, K = {cell.K}, "
+                                f"already a cell of block {first.block!r} with another lr_from, lr_grid or evaluate")
+        if problems:
+            raise StudyError(sorted(set(problems)), self._source)
         return list(seen.values())
 
     def cells(self) -> list[CellKey]:

@@ -15,7 +15,8 @@ evaluation seeds, and write the tables the report is computed from.
    its smallest rate instead. Where no rate reaches the target on any tuning
    seed (every mean is ``h``), the one with the highest mean final accuracy is chosen instead.
 3. **Evaluation.** Every cell runs every evaluation seed at its chosen rate (``lr_from`` cells at
-   the rate chosen for their source label), cell by cell in the spec's block order.
+   the rate chosen for their source label), cell by cell in the spec's block order; the cells of
+   a block with ``evaluate = false`` are tuned only.
 
 With ``tuning.stop_at_target`` (stage 2) and ``evaluation.stop_at_target`` (stage 3) those runs
 stop at the first evaluation reaching their task's target (docs/studies.md §2.1): their
@@ -181,7 +182,7 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
     seeds = list(spec.tuning_seeds)
     cells = study.cells()
     tuned = {c.source: c for c in cells if c.tuned}
-    grids: dict[Source, list[float]] = {src: sorted(study.spec.lr_grid.of(src[3]) or []) for src in tuned}
+    grids: dict[Source, list[float]] = {src: list(c.lr_grid) for src, c in tuned.items()}
 
     # 1. the target of each task: fixed by the spec, or from the reference on the tuning seeds
     fixed = spec.target.value
@@ -211,7 +212,7 @@ def _run(study: ReviewStudy, out: Path, runner: Runner) -> dict[str, Any]:
     # 3. evaluation
     # cell by cell in the spec's block order, all seeds of a cell together: a study stopped early
     # (--collect) has its first blocks complete, so list the blocks by priority
-    evals = [(c, c.point(seed, lr_of[c.source], steps)) for c in cells for seed in spec.seeds]
+    evals = [(c, c.point(seed, lr_of[c.source], steps)) for c in cells if c.evaluate for seed in spec.seeds]
     runner.run([p for _, p in evals], at_target if spec.evaluation.stop_at_target else None)
 
     tuning_rows = _tuning_rows(runner, tuned, grids, seeds, choices, stage1, targets)

@@ -88,7 +88,13 @@ class ReviewEvaluation(_Section):
 
 
 class Cell(_Section):
-    """A block of cells: every method × K multiple × privacy label (× task, default all)."""
+    """A block of cells: every method × K multiple × privacy label (× task, default all).
+
+    ``lr_grid``: the block's own coarse grids, per method, in place of the spec's ``[lr_grid]``
+    for the cells it tunes (a sensitivity design centres each block's grid on its own setting:
+    another K, or another ``server.beta`` carried by a task's overrides). ``evaluate = false``:
+    its cells are tuned on the tuning seeds and never run on the evaluation seeds (a design that
+    reads only the tuning runs, e.g. a width rule over the rates; docs/ma-review.md §2)."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,39}$")]
     methods: Annotated[list[MethodName], Field(min_length=1)]
@@ -96,6 +102,13 @@ class Cell(_Section):
     privacy: Annotated[list[str], Field(min_length=1)] = [NODP]
     tasks: Annotated[list[str], Field(min_length=1)] | None = None
     lr_from: str | None = None
+    lr_grid: LrGrid | None = None
+    evaluate: bool = True
+
+    def grid(self, method: str, default: LrGrid) -> list[float] | None:
+        """The coarse grid the block tunes ``method`` on: its own, else the spec's."""
+        own = self.lr_grid.of(method) if self.lr_grid is not None else None
+        return own if own is not None else default.of(method)
 
 
 class ReviewSpec(_Section):
@@ -111,7 +124,7 @@ class ReviewSpec(_Section):
     target: TargetEntry = TargetEntry()
     tuning: ReviewTuning = ReviewTuning()
     evaluation: ReviewEvaluation = ReviewEvaluation()
-    lr_grid: LrGrid
+    lr_grid: LrGrid = LrGrid()
     defaults: dict[str, Any] = {}
     tasks: Annotated[list[TaskEntry], Field(min_length=1, max_length=20)]
     privacy: Annotated[list[PrivacyEntry], Field(max_length=40)] = []
@@ -148,6 +161,9 @@ class ReviewSpec(_Section):
             "tuning": {"steps": None, "seed": 0, "dp": "tune", "widen": 0}, "pooled_steps": 0,
             **({"stop_at_target": {"tuning": self.tuning.stop_at_target, "evaluation": self.evaluation.stop_at_target}}
                if self.stops() else {}),
+            **({"block_lr_grids": {c.name: c.lr_grid.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                   for c in self.cells if c.lr_grid is not None}}
+               if any(c.lr_grid is not None for c in self.cells) else {}),
         }
 
 
@@ -220,8 +236,12 @@ def parse_review(raw: dict[str, Any], source: str | None = None) -> ReviewSpec:
             problems.append(f"cells[{i}] ({cell.name}).lr_from: {cell.lr_from!r} is not a privacy label ({', '.join(sorted(labels))})")
         if cell.lr_from is None:
             for m in cell.methods:
-                if spec.lr_grid.of(m) is None:
-                    problems.append(f"lr_grid.{m}: required (cells[{i}] ({cell.name}) tunes it)")
+                if cell.grid(m, spec.lr_grid) is None:
+                    problems.append(f"lr_grid.{m}: required (cells[{i}] ({cell.name}) tunes it; or give the block's own "
+                                    f"cells[{i}].lr_grid.{m})")
+        elif cell.lr_grid is not None:
+            problems.append(f"cells[{i}] ({cell.name}).lr_grid: a block with lr_from tunes nothing (its rates come from "
+                            f"{cell.lr_from!r}); remove one of the two")
     if spec.target.value is None and spec.target.reference not in [m for c in spec.cells if NODP in c.privacy and c.lr_from is None for m in c.methods]:
         problems.append(f"target.reference: {spec.target.reference!r} must be a tuned method of a cell without DP "
                         "(the target is its final accuracy on the tuning seeds)")
@@ -274,9 +294,11 @@ def _setting_problems(spec: ReviewSpec) -> list[str]:
                             "no noise, so ξ is 0 and cannot be given)")
         if p.sampling == "participation-cap" and p.max_participations is None:
             problems.append(f"privacy[{i}] ({p.name}).max_participations: required with sampling = 'participation-cap'")
-    for method in spec.methods():
-        values = spec.lr_grid.of(method) or []
-        if twice := sorted({repr(v) for v in values if values.count(v) > 1}):
-            problems.append(f"lr_grid.{method}: {', '.join(twice)} given twice; each value at most once (a repeated one is "
-                            "the same run, counted as two)")
+    grids = [("", spec.lr_grid)] + [(f"cells[{i}].", c.lr_grid) for i, c in enumerate(spec.cells) if c.lr_grid is not None]
+    for where, grid in grids:
+        for method in spec.methods():
+            values = grid.of(method) or []
+            if twice := sorted({repr(v) for v in values if values.count(v) > 1}):
+                problems.append(f"{where}lr_grid.{method}: {', '.join(twice)} given twice; each value at most once (a repeated "
+                                "one is the same run, counted as two)")
     return problems
