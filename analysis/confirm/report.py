@@ -27,8 +27,9 @@ from asyncfl.studies.multiplicity import holm
 from asyncfl.studies.survival import paired_rmst_ratio
 from analysis.confirm.coverage import REPLICATES, Coverage, accuracy_coverage, time_coverage
 from analysis.confirm.intervals import accuracy_t, log_time_t
-from analysis.confirm.plan import Design, LoadedPlan, PlannedComparison
+from analysis.confirm.plan import Design, LoadedPlan, PlannedComparison, PlannedWidth
 from analysis.confirm.record import read_record
+from analysis.confirm.widths import Width, beta_settings, lr_settings, tuned_variant, width, width_verdict
 from analysis.ma_review.tables import crossing_measured, read_csv, stopped_early
 
 Rows = list[dict[str, Any]]
@@ -66,6 +67,7 @@ class Outcome(NamedTuple):
     rule_mean: float
     coverage: Coverage | None = None
     measured: bool = True  # False: a final-accuracy comparison on runs stopped at their target
+    base_task: str = ""  # the base's task when the plan tunes it over variants (``base_tasks``)
 
 
 def _eval_rows(folder: Path) -> Rows:
@@ -73,8 +75,14 @@ def _eval_rows(folder: Path) -> Rows:
     return [r for r in read_csv(path) if r["status"] != "missing"] if path.is_file() else []
 
 
-def _cell(rows: Rows, c: PlannedComparison, method: str) -> dict[int, dict[str, Any]]:
-    return {r["seed"]: r for r in rows if (r["task"], r["privacy"], r["K"], r["method"]) == (c.task, c.privacy, c.K, method)}
+def _tuning_rows(folder: Path) -> Rows:
+    path = folder / "tuning.csv"
+    return read_csv(path) if path.is_file() else []
+
+
+def _cell(rows: Rows, c: PlannedComparison, method: str, task: str | None = None) -> dict[int, dict[str, Any]]:
+    key = (task or c.task, c.privacy, c.K, method)
+    return {r["seed"]: r for r in rows if (r["task"], r["privacy"], r["K"], r["method"]) == key}
 
 
 def _restricted(r: dict[str, Any]) -> tuple[float, bool]:
@@ -84,19 +92,28 @@ def _restricted(r: dict[str, Any]) -> tuple[float, bool]:
 
 
 def compute(rows: Rows, c: PlannedComparison, design: str, status: str, level: float, resamples: int, seed: int,
-            replicates: int = REPLICATES) -> Outcome:
+            replicates: int = REPLICATES, tuning: Rows | None = None) -> Outcome:
     """The comparison ``c`` on the rows of its design (module docstring; metrics: plan.toml); the
-    t interval's coverage measured on ``replicates`` simulated studies seeded by ``seed``."""
-    base, rule = _cell(rows, c, c.base), _cell(rows, c, c.rule)
-    seeds = sorted(set(base) & set(rule))
+    t interval's coverage measured on ``replicates`` simulated studies seeded by ``seed``. A base
+    tuned over variants (``c.base_tasks``) is the variant its design's tuning rows chose
+    (:func:`analysis.confirm.widths.tuned_variant`); ``base_task`` names it."""
     nan = math.nan
+    base_task = c.task
+    if c.base_tasks:
+        base_task = tuned_variant(tuning or [], c.base_tasks, c.privacy, c.K, c.base) or ""
+        if not base_task:
+            return Outcome(c, design, "not run", 0, nan, nan, nan, nan, nan, 1.0, 0, 0, nan, nan)
+    base, rule = _cell(rows, c, c.base, base_task), _cell(rows, c, c.rule)
+    seeds = sorted(set(base) & set(rule))
     if not seeds:
         return Outcome(c, design, "not run", 0, nan, nan, nan, nan, nan, 1.0, 0, 0, nan, nan)
+    tag = base_task if c.base_tasks else ""
     b = [base[s] for s in seeds]
     u = [rule[s] for s in seeds]
     rng = np.random.default_rng(seed)
     if c.metric == "final_accuracy" and any(stopped_early(r) for r in b + u):
-        return Outcome(c, design, status, len(seeds), nan, nan, nan, nan, nan, 1.0, 0, 0, nan, nan, measured=False)
+        return Outcome(c, design, status, len(seeds), nan, nan, nan, nan, nan, 1.0, 0, 0, nan, nan, measured=False,
+                       base_task=tag)
     if c.metric == "final_accuracy":
         fb = np.array([r["final_accuracy"] if r["status"] == "completed" else nan for r in b], dtype=np.float64)
         fu = np.array([r["final_accuracy"] if r["status"] == "completed" else nan for r in u], dtype=np.float64)
@@ -105,7 +122,8 @@ def compute(rows: Rows, c: PlannedComparison, design: str, status: str, level: f
         ok = d[np.isfinite(d)]
         lo, hi = _bootstrap_mean(ok, level, resamples, rng)
         return Outcome(c, design, status, test.n, test.mean, test.low, test.high, lo, hi, _p(test.p, ok), 0, 0,
-                       float(np.nanmean(fb)), float(np.nanmean(fu)), accuracy_coverage(fb, fu, level, replicates, seed))
+                       float(np.nanmean(fb)), float(np.nanmean(fu)), accuracy_coverage(fb, fu, level, replicates, seed),
+                       base_task=tag)
     bt, bd = map(np.array, zip(*(_restricted(r) for r in b)))
     rt, rd = map(np.array, zip(*(_restricted(r) for r in u)))
     d = np.log(bt) - np.log(rt)
@@ -114,7 +132,7 @@ def compute(rows: Rows, c: PlannedComparison, design: str, status: str, level: f
     boot = paired_rmst_ratio(bt, bd.astype(bool), rt, rd.astype(bool), h, resamples=resamples, seed=seed, confidence=level)
     return Outcome(c, design, status, test.n, math.exp(test.mean), _exp(test.low), _exp(test.high), boot.low, boot.high,
                    _p(test.p, d), int(bd.sum()), int(rd.sum()), float(np.mean(bt)), float(np.mean(rt)),
-                   time_coverage(bt, bd.astype(bool), rt, rd.astype(bool), h, level, replicates, seed))
+                   time_coverage(bt, bd.astype(bool), rt, rd.astype(bool), h, level, replicates, seed), base_task=tag)
 
 
 def _p(p: float, d: np.ndarray) -> float:
@@ -191,7 +209,8 @@ def _row(o: Outcome, p_holm: float, alpha: float) -> str:
     boot = _interval(o.boot_low, o.boot_high, ".2f" if c.metric == "log_time" else "+.3f") if o.n and o.measured else "—"
     p = f"{o.p:.3g}" if math.isfinite(o.p) and o.n and o.measured else "—"
     ph = f"{p_holm:.3g}" if o.n else "1 (not run)"
-    return (f"| {o.design} | {c.rule} vs {c.base} | {c.task}, {c.privacy}, K = {c.K} | {c.metric} | {o.n} | {reached} | "
+    base = f"{c.base} (tuned over {', '.join(c.base_tasks)}: {o.base_task or 'none chosen yet'})" if c.base_tasks else c.base
+    return (f"| {o.design} | {c.rule} vs {base} | {c.task}, {c.privacy}, K = {c.K} | {c.metric} | {o.n} | {reached} | "
             f"{_effect_text(o)} | {_coverage_text(o)} | {boot} | {p} | {ph} | {verdict(o, p_holm, alpha)} | {o.status} |")
 
 
@@ -241,16 +260,22 @@ def build_report(root: Path, loaded: LoadedPlan) -> tuple[str, dict[str, list[tu
              "| design | title | cost (core-min) | status | evaluation runs |", "|---|---|---|---|---|"]
     for d in plan.designs:
         lines.append(f"| {d.id} | {d.title} | {d.cost:g} | {status[d.id]} | {len(rows[d.id])} |")
+    tuning = {d.id: _tuning_rows(root / d.id) for d in plan.designs}
     out: dict[str, list[tuple[Outcome, float]]] = {}
     for claim in plan.claims:
         family = plan.family(claim.id)
         lines += ["", f"## Claim {claim.id}: {claim.statement}", ""]
+        widths = width_outcomes(root, loaded, claim.id, status, tuning)
+        if widths:
+            lines += width_lines(widths)
         if not family:
-            lines.append("No primary comparison planned: **not tested** by this study.")
+            if not widths:
+                lines.append("No primary comparison planned: **not tested** by this study.")
             continue
         m = len(family)
         level = 1 - plan.alpha / m
-        outcomes = [compute(rows[d.id], c, d.id, status[d.id], level, plan.bootstrap_resamples, plan.bootstrap_seed)
+        outcomes = [compute(rows[d.id], c, d.id, status[d.id], level, plan.bootstrap_resamples, plan.bootstrap_seed,
+                            tuning=tuning[d.id])
                     for d, c in family]
         # an exploratory design's rows are reported but are not tests of the plan: p = 1 in the family
         adjusted = holm([o.p if o.status == "confirmatory" else 1.0 for o in outcomes])
@@ -264,7 +289,7 @@ def build_report(root: Path, loaded: LoadedPlan) -> tuple[str, dict[str, list[tu
         for d, c in secondary:
             st = status[d.id]
             o = compute(rows[d.id], c, d.id, "exploratory" if st != "not run" else st, 0.95, plan.bootstrap_resamples,
-                        plan.bootstrap_seed)
+                        plan.bootstrap_seed, tuning=tuning[d.id])
             lines.append(_row(o, o.p if math.isfinite(o.p) else 1.0, plan.alpha))
     lines += ["", "## Cells", "", "| design | cell | method | lr | seeds | reached | mean final accuracy | ε (max over seeds) | "
               "busiest client's ε (max): simulated · deployment (k × M/C) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -290,6 +315,65 @@ def build_report(root: Path, loaded: LoadedPlan) -> tuple[str, dict[str, list[tu
               "contributions per step where the simulation aggregates C = 100, so each client takes part M/C = 10 "
               "times as often (its count × 10, composed without amplification; docs/confirm.md §4).", ""]
     return "\n".join(lines) + "\n", out
+
+
+class WidthOutcome(NamedTuple):
+    """One planned width comparison (claim 3), computed from its design's tuning runs."""
+
+    width: PlannedWidth
+    design: str
+    status: str  # "confirmatory", "exploratory" or "not run"
+    seeds: int
+    rule: Width
+    base: Width
+    verdict: str
+
+
+def width_outcomes(root: Path, loaded: LoadedPlan, claim: str, status: dict[str, str] | None = None,
+                   tuning: dict[str, Rows] | None = None) -> list[WidthOutcome]:
+    """Every width comparison the plan names for ``claim`` (:mod:`analysis.confirm.widths`)."""
+    out = []
+    for d, w in loaded.plan.widths(claim):
+        st = (status or {}).get(d.id) or design_status(root, loaded, d)
+        rows = (tuning or {}).get(d.id)
+        rows = _tuning_rows(root / d.id) if rows is None else rows
+        if w.over == "lr":
+            rule, base = (width(lr_settings(rows, w.task or "", w.privacy, w.K, m)) for m in (w.rule, w.base))
+            tasks = [w.task]
+        else:
+            rule, base = (width(beta_settings(rows, w.beta_tasks or {}, w.privacy, w.K, m)) for m in (w.rule, w.base))
+            tasks = list(w.beta_tasks or {})
+        seeds = len({r["seed"] for r in rows if r["task"] in tasks and r["K"] == w.K and r["method"] in (w.rule, w.base)})
+        verdict_text = width_verdict(rule, base) if st != "not run" else "not tested"
+        out.append(WidthOutcome(w, d.id, st, seeds, rule, base, verdict_text))
+    return out
+
+
+WIDTH_HEADER = ("| design | comparison | over | seeds | rule's width (qualifying) | base's width (qualifying) | difference | "
+                "best final accuracy (rule · base) | verdict | status |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def width_lines(outcomes: list[WidthOutcome]) -> list[str]:
+    """The width comparisons' table and the claim's verdict from them (plan.toml, "tuning")."""
+    lines = ["Tuning widths (no p-value, no Holm family; plan.toml, design 5's rule): a setting qualifies when its mean "
+             "final accuracy is within 5 % (relative) of the cell's best and its restricted mean steps to the target within "
+             "1.2× of the best; the width is the span of the qualifying settings in octaves (log₂ η, or log₂ 1/(1 − β)); "
+             "\"≥\" marks a width reaching its grid's edge. MA's width must exceed momentum's by more than one octave.", "",
+             WIDTH_HEADER]
+    for o in outcomes:
+        w = o.width
+        diff = o.rule.span - o.base.span
+        over = "η" if w.over == "lr" else "β"
+        lines.append(f"| {o.design} | {w.label()} | {over} | {o.seeds} | {o.rule.text()} | {o.base.text()} | "
+                     f"{_num(diff, '+.2f')} | {_num(o.rule.best_accuracy, '.3f')} · {_num(o.base.best_accuracy, '.3f')} | "
+                     f"{o.verdict} | {o.status} |")
+    run = [o for o in outcomes if o.status != "not run"]
+    if not run:
+        verdict_text = "**not tested**: none of its planned width comparisons has run"
+    else:
+        verdict_text = "; ".join(f"{o.verdict} ({o.width.label()}{'' if o.status == 'confirmatory' else ', ' + o.status})"
+                                 for o in outcomes)
+    return lines + ["", f"**Verdict (tuning widths):** {verdict_text}", ""]
 
 
 def deployment_epsilon(epsilon_client: float, factor: float = DEPLOYMENT_FACTOR, delta: float = DELTA) -> float:
