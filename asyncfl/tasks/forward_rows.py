@@ -14,9 +14,9 @@ reused from the heap (no faults) and stay nearer the caches.
 The rows of a piece do not change the numbers: each output row depends on its own input row
 only, and the kernels (oneDNN's convolutions, MKL's matrix products, torch's LSTM) compute a row
 the same way for any batch of at least a few rows (``tests/test_forward_rows.py`` checks LEAF's
-CNN, the CIFAR CNN, the MLP and the character LSTM bit for bit against one pass; a batch of 1 or
-2 rows can take another kernel). So a piece is never shorter than ``min(rows, chunk)`` rows: the
-last two pieces of a chunk share its remainder. A model whose largest activation fits the budget
+CNN, the CIFAR CNN and the character LSTM bit for bit against one pass; a batch of 1 or 2 rows
+can take another kernel). So a piece is never shorter than ``min(rows, chunk)`` rows: the
+last piece of a chunk takes its remainder. A model whose largest activation fits the budget
 at ``EVAL_CHUNK`` rows (the MLPs, logistic regressions, quadratics) runs one pass per chunk, as
 it always did.
 """
