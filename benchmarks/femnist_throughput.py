@@ -16,13 +16,24 @@ torch threads 1 everywhere.
    this module's ``--pfl-worker`` there (that environment needs torch, pfl, pydantic and asyncfl
    installed with ``--no-deps``). Then where the batched path's time goes (torch's profiler:
    the operators with the most CPU time) and how the cohort splits into groups.
-2. **Two worker processes against inline** (``--parallel``): the FedBuff run of
+2. **Where a run's CPU time goes** (``--system-time``, issue 34): a short FedBuff run of asyncfl
+   (``asyncfl run`` in a child process, its own ``getrusage``) on the twin with LEAF's CNN and
+   with the 2NN MLP (``--clients`` writers, K = ``--concurrency``, C = ``--buffer``, ``--steps``
+   steps, 10 local steps of batch 20, evaluated every ``--eval-every`` steps with the training
+   loss): user and system CPU seconds, the system share and the minor page faults of each; then
+   the same split for part 1's ways (one cohort's local training: asyncfl, the bare torch loop of
+   ``benchmarks/device.py``, and pfl). Real-data CNN runs spent 17–20 % of their CPU in system time
+   against 5 % for MLP runs: evaluation's 8192-row forward passes, whose activations glibc mapped and
+   faulted in afresh on every pass (docs/performance.md, "System time"). ``--smoke`` runs it at a
+   toy size in seconds (``tests/test_benchmarks.py``).
+3. **Two worker processes against inline** (``--parallel``): the FedBuff run of
    ``benchmarks/parallel.py`` on this workload (``--clients`` writers, K = ``--concurrency``,
    C = ``--buffer``, ``run.batched``), steady updates per second on ``processes`` (2 workers) and
    ``inline``, next to the bounds that benchmark computes from inline's own profile (Amdahl's,
    the critical path's, and that with the measured costs of going remote).
 
     python -m benchmarks.femnist_throughput [--rounds 3] [--cohort 50] [--pfl-python /path/to/python]
+    python -m benchmarks.femnist_throughput --system-time [--clients 40 --steps 10 --eval-every 5] [--smoke]
     python -m benchmarks.femnist_throughput --parallel --steps 4 [--clients 100 --concurrency 20 --buffer 10]
 """
 
@@ -30,11 +41,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -121,6 +137,125 @@ def pfl_elsewhere(python: str, cohort: int) -> tuple[float, float] | None:
     return None if result is None else tuple(result)
 
 
+class CpuSplit(NamedTuple):
+    """User and system CPU seconds and minor page faults of a piece of work (``getrusage``)."""
+
+    user: float
+    system: float
+    faults: int
+
+    @property
+    def share(self) -> float:
+        """The system time's share of the CPU time."""
+        return self.system / max(self.user + self.system, 1e-12)
+
+    def __sub__(self, other: "CpuSplit") -> "CpuSplit":  # type: ignore[override]
+        return CpuSplit(self.user - other.user, self.system - other.system, self.faults - other.faults)
+
+
+def cpu_split(who: int = resource.RUSAGE_SELF) -> CpuSplit:
+    usage = resource.getrusage(who)
+    return CpuSplit(usage.ru_utime, usage.ru_stime, usage.ru_minflt)
+
+
+SMOKE_RUN = {"clients": 4, "concurrency": 2, "buffer": 1, "steps": 2, "eval_every": 1, "local_steps": 1}
+
+
+def run_scenario(model: str, clients: int, concurrency: int, buffer: int, steps: int, eval_every: int,
+                 local_steps: int = 10) -> str:
+    """The profiled run's scenario: FedBuff on the twin (``clients`` writers, all of them clients),
+    LEAF's CNN or the 2NN (``model``), SGD at lr 0.05 on batches of 20, training loss evaluated."""
+    return f"""name = "system-time-{model}"
+seed = 0
+[population]
+clients = {clients}
+[task]
+name = "femnist-twin"
+users = {clients}
+model = "{model}"
+[client]
+solver = "sgd"
+lr = {LR}
+batch_size = {BATCH}
+local_steps = {local_steps}
+[server]
+protocol = "fedbuff"
+concurrency = {concurrency}
+buffer = {buffer}
+rule = "sgd"
+lr = 1.0
+[run]
+steps = {steps}
+eval_every = {eval_every}
+train_loss = true
+"""
+
+
+def profile_run(model: str, sizes: dict[str, int]) -> CpuSplit:
+    """``asyncfl run`` of :func:`run_scenario` in a child process; the child's own CPU split
+    (the figure process it starts is another process, not counted)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = Path(tmp, "scenario.toml")
+        scenario.write_text(run_scenario(model, **sizes))
+        out = subprocess.run([sys.executable, "-m", "benchmarks.femnist_throughput", "--run-worker", str(scenario),
+                              str(Path(tmp, "run"))], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))})
+    return CpuSplit(*json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def run_worker(scenario: str, out: str) -> None:
+    """The child of :func:`profile_run`: the run, then this process's CPU split as JSON."""
+    from asyncfl.cli.main import main as cli
+
+    code = cli(["run", scenario, "--out", out, "--quiet"])
+    if code:
+        raise SystemExit(code)
+    print(json.dumps(list(cpu_split())))
+
+
+def describe(name: str, split: CpuSplit) -> str:
+    return (f"   {name:14} user {split.user:7.2f} s  system {split.system:6.2f} s  ({split.share:5.1%} system)  "
+            f"minor faults {split.faults:>9,}")
+
+
+def system_time(args: argparse.Namespace) -> dict[str, CpuSplit]:
+    """Part 2 (module doc): the runs' CPU split for LEAF's CNN and the MLP, then the local-training
+    ways'; returns every split by name."""
+    sizes = dict(SMOKE_RUN) if args.smoke else {"clients": args.clients, "concurrency": args.concurrency,
+                                                "buffer": args.buffer, "steps": args.steps,
+                                                "eval_every": args.eval_every}
+    print(f"2. where a run's CPU time goes (load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}): FedBuff on the twin, "
+          f"{sizes['clients']} writers, K = {sizes['concurrency']}, C = {sizes['buffer']}, {sizes['steps']} steps, "
+          f"evaluated every {sizes['eval_every']} with the training loss", flush=True)
+    splits = {}
+    for model in ("cnn", "mlp"):
+        splits[f"run {model}"] = profile_run(model, sizes)
+        print(describe(f"run {model}", splits[f"run {model}"]), flush=True)
+    cohort = 2 if args.smoke else args.cohort
+    task = cohort_task(cohort)
+    if args.smoke:
+        from asyncfl.tasks.base import ClientData
+        task.clients = [ClientData(c.x[:10], c.y[:10]) for c in task.clients]
+    ways = {"asyncfl": lambda: time_batched(task), "kernel": lambda: time_kernel(task)}
+    for name, way in ways.items():
+        way()  # warm-up: the first call's allocations are not the steady state
+        before = cpu_split()
+        way()
+        splits[name] = cpu_split() - before
+    print(f"   one cohort's local training ({cohort} writers, {sum(len(c) for c in task.clients)} samples):", flush=True)
+    for name in ways:
+        print(describe(name, splits[name]))
+    return splits
+
+
+def time_kernel(task: Task) -> None:
+    """The bare torch loop of ``benchmarks/device.py`` on the cohort (the same mini-batches)."""
+    from benchmarks.device import kernel_batches, train_kernel
+
+    cfg = client_config()
+    train_kernel(task, cfg, kernel_batches(task, cfg))
+
+
 def parallel(args: argparse.Namespace) -> None:
     from benchmarks.parallel import bounds, group_cost, run_profile
 
@@ -144,23 +279,35 @@ def parallel(args: argparse.Namespace) -> None:
           f"a group's fixed cost {fixed * 1e3:.1f} ms, {per_job * 1e3:.1f} ms per job")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cohort", type=int, default=50)
     parser.add_argument("--pfl-python", default=None, help="a python with pfl installed (default: this one)")
     parser.add_argument("--pfl-worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--parallel", action="store_true", help="part 2 only")
+    parser.add_argument("--parallel", action="store_true", help="part 3 only")
+    parser.add_argument("--system-time", action="store_true", help="part 2 only")
+    parser.add_argument("--smoke", action="store_true", help="part 2 at a toy size, in seconds (CI)")
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--run-worker", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-vmap", action="store_true", help="skip the forced vmap measurement")
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=None, help="server steps (default: 10 for --system-time, 4 for --parallel)")
+    parser.add_argument("--clients", type=int, default=None, help="writers (default: 40 for --system-time, 100 for --parallel)")
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--buffer", type=int, default=10)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.run_worker:
+        run_worker(*args.run_worker)
+        return
     if args.pfl_worker:
         print(json.dumps(time_pfl(args.cohort)))
         return
+    if args.system_time:
+        args.clients, args.steps = args.clients or 40, args.steps or 10
+        system_time(args)
+        return
+    args.clients, args.steps = args.clients or 100, args.steps or 4
     if args.parallel:
         parallel(args)
         return

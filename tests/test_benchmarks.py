@@ -138,6 +138,36 @@ def test_scale_benchmark_measures_one_size_in_a_fresh_process():
     assert line.split()[:3] == ["300", "30", f"{row['arrivals']:,}"] and line.endswith(f"{row['load_after']:<4.1f}")
 
 
+def test_femnist_system_time_profile_splits_user_and_system_time(tmp_path):
+    """benchmarks/femnist_throughput.py part 2's pieces: the CPU split's arithmetic (user 3 s and
+    system 1 s: a 25 % share), and the profiled run's scenario is a valid FedBuff run on the twin
+    that evaluates the training loss."""
+    from benchmarks import femnist_throughput as ft
+
+    from asyncfl.api import load_scenario
+
+    split = ft.CpuSplit(5.0, 1.5, 1000) - ft.CpuSplit(2.0, 0.5, 400)
+    assert split == (3.0, 1.0, 600) and split.share == 0.25
+    path = tmp_path / "s.toml"
+    path.write_text(ft.run_scenario("cnn", **ft.SMOKE_RUN))
+    sc = load_scenario(path)
+    assert (sc.task.name, sc.task.model, sc.population.clients, sc.run.steps) == ("femnist-twin", "cnn", 4, 2)
+    assert sc.run.train_loss and sc.server.protocol == "fedbuff"
+
+
+@pytest.mark.slow
+def test_femnist_system_time_smoke_profiles_both_runs_and_both_ways(capsys):
+    """``--system-time --smoke``: two child runs (LEAF's CNN, the MLP) and the two ways of local
+    training, each with user time, system time and faults printed."""
+    from benchmarks import femnist_throughput as ft
+
+    ft.main(["--system-time", "--smoke"])
+    out = capsys.readouterr().out
+    for name in ("run cnn", "run mlp", "asyncfl", "kernel"):
+        line = next(l for l in out.splitlines() if l.strip().startswith(name + " "))
+        assert "user" in line and "system" in line and "minor faults" in line
+
+
 def test_device_benchmark_smoke_measures_both_cnns_every_way_on_the_cpu(capsys):
     """benchmarks/device.py at its smoke size on the CPU (what CI runs): the device's name, both
     workloads, job by job, batched and the bare kernel timed every round (pfl too where it is

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from asyncfl.components.contracts import BuildContext
-from asyncfl.compute.training import LocalJob, sgd_train
+from asyncfl.compute.training import LocalJob, batch_schedule, owned, sgd_train
 from asyncfl.config.datasets import FEMNISTTwinTask
 from asyncfl.config.tasks import SyntheticTask
-from asyncfl.tasks.base import Task
+from asyncfl.tasks.base import ClientData, Task
+from asyncfl.tasks.common import cross_entropy
 from asyncfl.tasks.femnist_twin import build_femnist_twin
 from asyncfl.tasks.synthetic import build_synthetic
 
@@ -58,11 +59,51 @@ def test_per_parameter_sgd_has_the_flat_paths_bits_on_an_mlp(settings):
         assert torch.equal(got, want) and not torch.equal(got, start)
 
 
-def test_per_parameter_sgd_has_the_flat_paths_bits_on_the_leaf_cnn():
+@pytest.mark.parametrize("momentum", [0.0, 0.5], ids=["sgd (gradients scaled in place)", "momentum"])
+def test_per_parameter_sgd_has_the_flat_paths_bits_on_the_leaf_cnn(momentum):
     task = build_femnist_twin(FEMNISTTwinTask(users=2), BuildContext(clients=2, seed=0))
     job = LocalJob(0, task.initial_theta, task.initial_theta, 0.0, seed=3)
-    cfg = _cfg(local_steps=2, momentum=0.5)
+    cfg = _cfg(local_steps=2, momentum=momentum)
     assert torch.equal(sgd_train(task, cfg, job), sgd_train(_flat(task), cfg, job))
+
+
+def test_gradients_are_scaled_in_place_only_when_nothing_else_holds_them():
+    a, b = torch.ones(3), torch.ones(3)
+    assert owned((a, b))
+    assert not owned((a, a))  # one tensor handed to two parameters
+    assert not owned((a, a[:2]))  # two views of one storage
+    assert not owned((a, torch.ones(1).expand(3)))  # an expanded tensor: one element three times
+
+
+class SharedGradient(torch.nn.Module):
+    """``x (W₁ + W₂)``: autograd hands ``W₁`` and ``W₂`` the very same gradient tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(4, 3, generator=torch.Generator().manual_seed(0)))
+        self.w2 = torch.nn.Parameter(torch.randn(4, 3, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, x):
+        return x @ (self.w1 + self.w2)
+
+
+def test_a_gradient_shared_by_two_parameters_is_not_scaled_twice():
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(10, 4, generator=g), torch.randint(0, 3, (10,), generator=g)
+    task = Task(name="shared", model=SharedGradient(), clients=[ClientData(x, y)], test=ClientData(x, y),
+                loss_fn=cross_entropy, classification=True)
+    job = LocalJob(0, task.initial_theta, task.initial_theta, 0.0, seed=1)
+    got = sgd_train(task, _cfg(batch_size=5), job)
+    # independent: the same two steps by hand, θ ← θ − 0.05 ∇ on the job's batches
+    w1, w2 = (p.detach().clone().requires_grad_() for p in (task.model.w1, task.model.w2))
+    for idx in batch_schedule(10, _cfg(batch_size=5), torch.Generator().manual_seed(1)):
+        loss = cross_entropy(x[idx] @ (w1 + w2), y[idx]).mean()
+        g1, g2 = torch.autograd.grad(loss, (w1, w2))
+        assert g1 is g2  # the case this test is about
+        with torch.no_grad():
+            w1, w2 = (w - torch.mul(gw, 0.05) for w, gw in ((w1, g1), (w2, g2)))
+        w1, w2 = w1.requires_grad_(), w2.requires_grad_()
+    assert torch.equal(got, torch.cat([w1.detach().reshape(-1), w2.detach().reshape(-1)]))
 
 
 def test_a_ridge_term_or_a_proximal_term_keeps_the_flat_path():

@@ -135,20 +135,31 @@ def _sgd_per_parameter(task: Task, cfg: ClientConfig, job: LocalJob, generator: 
     leaves that are views of the job's one ``θ`` buffer, so that autograd hands back each
     parameter's gradient and nobody assembles the ``d``-vector ``∇_θ`` (the backward of the flat
     ``θ``'s ``split`` concatenated it every step: 17 % of a LEAF-CNN step's CPU time). Every
-    update is elementwise, so the result has the same bits as the flat path."""
+    update is elementwise, so the result has the same bits as the flat path.
+
+    Plain SGD scales each gradient in place (``g ← lr·g``, then ``p ← p − g``: the same two
+    operations) when autograd handed back gradients that nothing else holds (:func:`owned`), so
+    that a job allocates no model-sized step buffer (26 MB on LEAF's CNN, faulted in afresh per
+    job) and a step moves 26 MB less through memory (docs/performance.md, "The LEAF CNN")."""
     data = task.clients[job.client]
     k = job.client
     theta = job.start.detach().clone()  # the job's result; the leaves below are views of it
-    step = torch.empty_like(theta)
     leaves = {name: view.detach().requires_grad_() for name, view in task.unflatten(theta).items()}
     params = list(leaves.values())
-    steps = list(task.unflatten(step).values())
+    steps: list[torch.Tensor] = []  # views of one step buffer, made when first needed
     bufs: list[torch.Tensor | None] = [None] * len(params)
+    plain = not decay and not momentum
     with torch.enable_grad():
         for idx in batch_schedule(len(data), cfg, generator):
             x, y = (data.x, data.y) if idx is None else (data.x[idx], data.y[idx])
             grads = torch.autograd.grad(task.named_objective(leaves, k, x, y), params)
             with torch.no_grad():
+                if plain and owned(grads):
+                    for p, g in zip(params, grads):
+                        p.sub_(g.mul_(cfg.lr))
+                    continue
+                if not steps:
+                    steps = list(task.unflatten(torch.empty_like(theta)).values())
                 for i, (p, g, s) in enumerate(zip(params, grads, steps)):
                     if decay:
                         g = g + decay * p
@@ -157,6 +168,14 @@ def _sgd_per_parameter(task: Task, cfg: ClientConfig, job: LocalJob, generator: 
                         g = g + momentum * buf if nesterov else buf
                     p.sub_(torch.mul(g, cfg.lr, out=s))
     return theta
+
+
+def owned(grads: tuple[torch.Tensor, ...]) -> bool:
+    """Whether every gradient may be overwritten: each one contiguous (no element shared with
+    itself, as an expanded tensor's are) and no two on the same storage (autograd passes one
+    incoming gradient on unchanged to both inputs of an addition)."""
+    storages = {g.untyped_storage().data_ptr() for g in grads}
+    return len(storages) == len(grads) and all(g.is_contiguous() for g in grads)
 
 
 def adam_train(task: Task, cfg: ClientConfig, job: LocalJob) -> torch.Tensor:
