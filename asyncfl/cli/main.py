@@ -24,6 +24,7 @@ from asyncfl.cli.commands import COMMANDS, DRAW_FIGURES, add_commands
 from asyncfl.components.allow import allow_modules
 from asyncfl.cli.console import fault, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_NUMERICAL, EXIT_OK, EXIT_USAGE
+from asyncfl.cli.leave import leave
 from typing import Callable
 
 from asyncfl.errors import AsyncFLError, NumericalFault, UsageError
@@ -107,8 +108,10 @@ def _guarded(parser: Callable[[], argparse.ArgumentParser], command: Callable[[a
 
 
 def entry() -> None:  # pragma: no cover
-    sys.exit(main())
+    """The ``asyncfl`` command (and ``python -m asyncfl``): :func:`main`, then the process ends
+    without tearing the interpreter down (:func:`asyncfl.cli.leave.leave`)."""
+    leave(main())
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()
