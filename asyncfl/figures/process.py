@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from asyncfl.cli.lifecycle import leave
 from asyncfl.figures.metrics import _percent, plot_metrics
 from asyncfl.figures.style import figure, integer_ticks, styled
 
@@ -133,4 +134,4 @@ def _child() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_child())
+    leave(_child())  # as the command it draws for: without the interpreter's teardown, which the parent would wait for
