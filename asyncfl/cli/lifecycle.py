@@ -6,10 +6,10 @@ million objects; Python's cyclic garbage collector keeps traversing them as they
 (0.16 s of ``import torch`` alone on the 2-core VM of docs/performance.md), and after them every
 full collection of the run traverses them again, though module-level objects live as long as
 the process. So while a command's implementation is imported for the first time in a process
-(torch not imported yet) the collector is paused; then everything alive is moved to the
-permanent generation (``gc.freeze``), which later collections skip, and the collector resumes.
-Reference counting frees what it always freed; a process that had torch already (tests,
-notebooks) is left alone.
+(torch not imported yet), and while the figure process imports matplotlib and draws its warm-up
+figure, the collector is paused; then everything alive is moved to the permanent generation
+(``gc.freeze``), which later collections skip, and the collector resumes. Reference counting
+frees what it always freed; a process that had torch already (tests, notebooks) is left alone.
 
 **Ending** (:func:`leave`). After ``import torch`` a normal interpreter exit spends 0.4 s of CPU on
 the same VM, more after a run (torch, scipy, pydantic), freeing module by module what the
