@@ -247,8 +247,8 @@ class Task:
 
         The model computes from ``params`` for the whole of ``run``: one
         ``torch.func.functional_call`` swaps them in and out around it (on a module whose forward
-        is ``run``), not one per mini-batch, which on the quadratic task's ``Linear`` model was a
-        fifth of a local step (docs/performance.md, "Start-up"). Each forward pass is the model's
+        is ``run``), not one per mini-batch, which on the quadratic task's ``Linear`` model cost a
+        tenth of local training's CPU (docs/performance.md, "Start-up"). Each forward pass is the model's
         own, as before, so the numbers are the same bits."""
         def objective_of(model: torch.nn.Module) -> T:
             return run(lambda k, x, y: self.objective_scale(k) * self.loss_fn(model(x), y).mean())
