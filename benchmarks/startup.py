@@ -119,12 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{labels[name]}:")
         print("  " + describe("wall", walls))
         print("  " + describe("CPU ", cpus))
+    over = {"torch": "importing torch", "bare": "importing torch without the teardown"}
     for reference in references:
         for name in roots:
             for clock, index in (("wall", 0), ("CPU", 1)):
                 run = statistics.median(s[index] for s in samples[name])
                 base = statistics.median(s[index] for s in samples[reference])
-                print(f"overhead over {labels[reference]}, {labels[name]} ({clock}): {run - base:.3f} s"
+                print(f"overhead over {over[reference]}, {labels[name]} ({clock}): {run - base:.3f} s"
                       f" (ratio {run / base:.2f})")
     return 0
 
