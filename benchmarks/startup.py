@@ -9,11 +9,21 @@ importing torch: median(run) − median(torch), for both clocks. The run must st
 report (``bias.json``) and its figure (``metrics.png``); the benchmark checks both exist after
 every run.
 
-    python -m benchmarks.startup [--repeat 7] [--scenario scenarios/quickstart.toml] [--steps 20] [--compare ROOT]
-                                 [--bytecode cached|source]
+    python -m benchmarks.startup [--repeat 7] [--scenario scenarios/quickstart.toml] [--steps 20] [--set KEY=VALUE ...]
+                                 [--compare ROOT ...] [--bare-exit] [--bytecode cached|source]
 
-``--compare ROOT`` also times the same run from another checkout (its own ``PYTHONPATH``), in the
-same interleaving: a before/after comparison under the same load.
+``--set`` passes scenario overrides to every run, e.g. issue 34's 20-step run on the quadratic task
+(docs/performance.md, "Start-up")::
+
+    python -m benchmarks.startup --set 'task={name="quadratic", problem="random", dim=20, samples_per_client=50}' \
+        --set client.lr=0.004
+
+``--compare ROOT`` (repeatable) also times the same run from another checkout (its own
+``PYTHONPATH``), in the same interleaving: a before/after comparison under the same load.
+``--bare-exit`` also times ``python -c "import torch, os; os._exit(0)"``: importing torch without
+the interpreter's teardown at exit (0.4 s of CPU on the VM of docs/performance.md), which
+``asyncfl``'s commands skip (asyncfl/cli/lifecycle.py), so that the overhead can be read against
+either reference.
 
 ``--bytecode cached`` (the default) measures what an installed asyncfl costs: every command runs
 with its compiled bytecode cached (in a temporary ``PYTHONPYCACHEPREFIX``, so no checkout is
@@ -61,17 +71,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7, help="runs of each command (interleaved)")
     parser.add_argument("--scenario", default="scenarios/quickstart.toml")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--compare", type=Path, help="another checkout whose run is timed alongside")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a scenario override for every run (repeatable)")
+    parser.add_argument("--compare", type=Path, action="append", default=[],
+                        help="another checkout whose run is timed alongside (repeatable)")
+    parser.add_argument("--bare-exit", action="store_true",
+                        help="also time importing torch without the interpreter's teardown (os._exit)")
     parser.add_argument("--bytecode", choices=("cached", "source"), default="cached",
                         help="cached: compiled bytecode cached, as an installed package runs (default); "
                              "source: PYTHONDONTWRITEBYTECODE=1, asyncfl compiled from source on every run")
     args = parser.parse_args(argv)
-    roots = {"run": ROOT, **({"compare": args.compare.resolve()} if args.compare else {})}
+    roots = {"run": ROOT, **{f"compare{i}": root.resolve() for i, root in enumerate(args.compare)}}
     py = sys.executable
     env_note = f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, {env_note} (start)")
-    torch_cmd = [py, "-c", "import torch"]
-    samples: dict[str, list[tuple[float, float]]] = {"torch": [], **{name: [] for name in roots}}
+    references = {"torch": [py, "-c", "import torch"],
+                  **({"bare": [py, "-c", "import torch, os; os._exit(0)"]} if args.bare_exit else {})}
+    samples: dict[str, list[tuple[float, float]]] = {**{name: [] for name in references}, **{name: [] for name in roots}}
+    overrides = [a for kv in (*args.overrides, f"run.steps={args.steps}") for a in ("--set", kv)]
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         if args.bytecode == "cached":
@@ -81,13 +98,13 @@ def main(argv: list[str] | None = None) -> int:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
         print(f"bytecode: {args.bytecode}")
         for i in range(-1 if args.bytecode == "cached" else 0, args.repeat):  # round -1 fills the cache, untimed
-            sample = timed(torch_cmd, env=env)
-            if i >= 0:
-                samples["torch"].append(sample)
+            for name, cmd in references.items():
+                sample = timed(cmd, env=env)
+                if i >= 0:
+                    samples[name].append(sample)
             for name, root in roots.items():
                 out = Path(tmp) / f"{name}{i}"
-                run_cmd = [py, "-m", "asyncfl", "run", args.scenario, "--set", f"run.steps={args.steps}", "--out", str(out),
-                           "--quiet"]
+                run_cmd = [py, "-m", "asyncfl", "run", args.scenario, *overrides, "--out", str(out), "--quiet"]
                 sample = timed(run_cmd, root, env)
                 if i >= 0:
                     samples[name].append(sample)
@@ -95,18 +112,21 @@ def main(argv: list[str] | None = None) -> int:
                 if missing:
                     raise SystemExit(f"the run from {root} did not write {', '.join(missing)}")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (end)")
-    labels = {"torch": "python -c 'import torch'", "run": f"asyncfl run, {args.steps} steps ({ROOT})",
-              "compare": f"asyncfl run, {args.steps} steps ({args.compare})"}
+    labels = {"torch": "python -c 'import torch'", "bare": "python -c 'import torch, os; os._exit(0)'",
+              **{name: f"asyncfl run, {args.steps} steps ({root})" for name, root in roots.items()}}
     for name in samples:
         walls, cpus = [w for w, _ in samples[name]], [c for _, c in samples[name]]
         print(f"{labels[name]}:")
         print("  " + describe("wall", walls))
         print("  " + describe("CPU ", cpus))
-    for name in roots:
-        for clock, index in (("wall", 0), ("CPU", 1)):
-            overhead = (statistics.median(s[index] for s in samples[name])
-                        - statistics.median(s[index] for s in samples["torch"]))
-            print(f"overhead over importing torch, {labels[name]} ({clock}): {overhead:.3f} s")
+    over = {"torch": "importing torch", "bare": "importing torch without the teardown"}
+    for reference in references:
+        for name in roots:
+            for clock, index in (("wall", 0), ("CPU", 1)):
+                run = statistics.median(s[index] for s in samples[name])
+                base = statistics.median(s[index] for s in samples[reference])
+                print(f"overhead over {over[reference]}, {labels[name]} ({clock}): {run - base:.3f} s"
+                      f" (ratio {run / base:.2f})")
     return 0
 
 

@@ -198,7 +198,23 @@ def test_startup_benchmark_times_a_run_against_importing_torch(capsys):
     assert startup.main(["--repeat", "1", "--steps", "2"]) == 0
     out = capsys.readouterr().out
     assert "overhead over importing torch" in out and "(CPU)" in out and "load average" in out
-    assert "bytecode: cached" in out
+    assert "bytecode: cached" in out and "without the teardown" not in out
+
+
+@pytest.mark.slow
+def test_startup_benchmark_times_the_quadratic_run_against_both_references(capsys):
+    """``--set`` reaches every run (a quadratic task here; an override the run refuses fails the benchmark) and
+    ``--bare-exit`` adds ``import torch`` without the interpreter's teardown as a second reference."""
+    from benchmarks import startup
+
+    argv = ["--repeat", "1", "--steps", "2", "--bare-exit", "--set",
+            'task={name="quadratic", problem="random", dim=20, samples_per_client=50}', "--set", "client.lr=0.004"]
+    assert startup.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "python -c 'import torch, os; os._exit(0)'" in out
+    assert out.count("overhead over importing torch without the teardown") == 2  # wall and CPU
+    with pytest.raises(SystemExit, match="server.buffer"):  # an override the run refuses: it did reach the run
+        startup.main(["--repeat", "1", "--steps", "2", "--set", "server.buffer=0"])
 
 
 def test_bf16_accuracy_benchmarks_t_interval_is_students():

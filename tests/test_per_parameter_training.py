@@ -112,3 +112,26 @@ def test_a_ridge_term_or_a_proximal_term_keeps_the_flat_path():
     # μ > 0: the prox term reads θ whole; the result is the flat path's (same function, same bits)
     job = LocalJob(0, task.initial_theta, task.initial_theta + 0.1, 0.5, seed=1)
     assert torch.equal(sgd_train(task, _cfg(), job), sgd_train(_flat(task), _cfg(), job))
+
+
+def test_with_parameters_computes_from_the_given_parameters_then_gives_the_model_its_own_back():
+    """``Task.with_parameters``: inside ``run`` the objective is ``batch_objective`` at the given
+    ``θ`` (same bits), also after ``run`` updates the views in place; afterwards the model holds
+    its own parameter objects with their values unchanged."""
+    task = _mlp()
+    own = dict(task.model.named_parameters())
+    values = {name: p.detach().clone() for name, p in own.items()}
+    theta = task.initial_theta + 0.5
+    data = task.clients[1]
+
+    def run(objective):
+        first = objective(1, data.x, data.y)
+        theta.mul_(2.0)  # the named parameters are views of θ: the next call reads the new values
+        return first, objective(1, data.x, data.y)
+
+    first, second = task.with_parameters(task.unflatten(theta), run)
+    assert torch.equal(first, task.batch_objective(theta / 2.0, 1, data.x, data.y))
+    assert torch.equal(second, task.batch_objective(theta, 1, data.x, data.y)) and not torch.equal(first, second)
+    assert dict(task.model.named_parameters()).keys() == own.keys()
+    for name, p in task.model.named_parameters():
+        assert p is own[name] and torch.equal(p, values[name])

@@ -1,7 +1,5 @@
 """``python -m asyncfl.cli ARGS`` is ``asyncfl ARGS``."""
 
-import sys
+from asyncfl.cli.main import entry
 
-from asyncfl.cli.main import main
-
-sys.exit(main())
+entry()

@@ -24,6 +24,7 @@ from asyncfl.cli.commands import COMMANDS, DRAW_FIGURES, add_commands
 from asyncfl.components.allow import allow_modules
 from asyncfl.cli.console import fault, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_NUMERICAL, EXIT_OK, EXIT_USAGE
+from asyncfl.cli.lifecycle import leave, loading
 from typing import Callable
 
 from asyncfl.errors import AsyncFLError, NumericalFault, UsageError
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         # a command that draws a run's figure gets a figure process, started before its module
         # imports torch, so that matplotlib's import overlaps torch's (docs/performance.md "Start-up")
         with FigureProcess(start=args.command in DRAW_FIGURES) as args.figures:
-            return int(COMMANDS.load(args.command)(args) or EXIT_OK)
+            with loading():  # the collector paused while torch and the engine load (asyncfl.cli.lifecycle)
+                implementation = COMMANDS.load(args.command)
+            return int(implementation(args) or EXIT_OK)
 
     return _guarded(build_parser, command, "asyncfl", argv)
 
@@ -107,8 +110,10 @@ def _guarded(parser: Callable[[], argparse.ArgumentParser], command: Callable[[a
 
 
 def entry() -> None:  # pragma: no cover
-    sys.exit(main())
+    """The ``asyncfl`` command (and ``python -m asyncfl``): :func:`main`, then the process ends
+    without tearing the interpreter down (:func:`asyncfl.cli.lifecycle.leave`)."""
+    leave(main())
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

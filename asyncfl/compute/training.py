@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from asyncfl.compute.device import batches_on, device_of
-from asyncfl.tasks.base import Task
+from asyncfl.tasks.base import BatchObjective, Task
 from asyncfl.tasks.common import cross_entropy
 
 if TYPE_CHECKING:
@@ -149,10 +149,12 @@ def _sgd_per_parameter(task: Task, cfg: ClientConfig, job: LocalJob, generator: 
     steps: list[torch.Tensor] = []  # views of one step buffer, made when first needed
     bufs: list[torch.Tensor | None] = [None] * len(params)
     plain = not decay and not momentum
-    with torch.enable_grad():
+
+    def steps_on(objective: BatchObjective) -> None:
+        nonlocal steps
         for idx in batch_schedule(len(data), cfg, generator):
             x, y = (data.x, data.y) if idx is None else (data.x[idx], data.y[idx])
-            grads = torch.autograd.grad(task.named_objective(leaves, k, x, y), params)
+            grads = torch.autograd.grad(objective(k, x, y), params)
             with torch.no_grad():
                 if plain and owned(grads):
                     for p, g in zip(params, grads):
@@ -167,6 +169,9 @@ def _sgd_per_parameter(task: Task, cfg: ClientConfig, job: LocalJob, generator: 
                         buf = bufs[i] = g.clone() if bufs[i] is None else bufs[i] * momentum + g
                         g = g + momentum * buf if nesterov else buf
                     p.sub_(torch.mul(g, cfg.lr, out=s))
+
+    with torch.enable_grad():
+        task.with_parameters(leaves, steps_on)  # the model reads the leaves for the whole job
     return theta
 
 

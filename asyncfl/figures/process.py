@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from asyncfl.cli.lifecycle import leave, loading
 from asyncfl.figures.metrics import _percent, plot_metrics
 from asyncfl.figures.style import figure, integer_ticks, styled
 
@@ -121,9 +122,10 @@ def _child() -> int:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import matplotlib.backends.backend_agg  # noqa: F401  (the import this process exists to overlap)
+    with loading():  # the collector paused while matplotlib loads and warms up (asyncfl.cli.lifecycle)
+        import matplotlib.backends.backend_agg  # noqa: F401  (the import this process exists to overlap)
 
-    _warm_up()
+        _warm_up()
     line = sys.stdin.readline().rstrip("\n")
     if not line:
         return 0
@@ -133,4 +135,4 @@ def _child() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_child())
+    leave(_child())  # as the command it draws for: without the interpreter's teardown, which the parent would wait for

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -41,6 +41,22 @@ from asyncfl.errors import ScenarioError
 from asyncfl.tasks.forward_rows import forward_rows, largest_activation, pieces
 
 EVAL_CHUNK = 8192  # rows per forward pass in evaluate / train_loss (see Task._sums)
+
+T = TypeVar("T")
+#: ``f_k(θ; B)`` as a function of the client ``k`` and the mini-batch ``(x, y)`` (:meth:`Task.with_parameters`)
+BatchObjective = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class _Running(torch.nn.Module):
+    """A module holding ``model`` whose forward is ``run(model)``: ``torch.func.functional_call``
+    on it keeps the model's parameters replaced for the whole of ``run`` (:meth:`Task.with_parameters`)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, run: Callable[[torch.nn.Module], T]) -> T:
+        return run(self.model)
 
 
 def refuse_running_statistics(task: str, model: torch.nn.Module) -> None:
@@ -219,16 +235,26 @@ class Task:
     def per_parameter(self) -> bool:
         """Whether the objective reads ``θ`` only through the model's named parameters: no ridge
         term (``l2 = 0``) and this class's own :meth:`outputs` and :meth:`batch_objective`. Then
-        its gradient can be taken parameter by parameter (:meth:`named_objective`), with no
+        its gradient can be taken parameter by parameter (:meth:`with_parameters`), with no
         ``d``-vector assembled per step (docs/performance.md, "The LEAF CNN")."""
         cls = type(self)
         return self.l2 == 0.0 and cls.outputs is Task.outputs and cls.batch_objective is Task.batch_objective
 
-    def named_objective(self, params: dict[str, torch.Tensor], k: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``f_k(θ; B)`` of a task with :attr:`per_parameter`, from the named parameters (views of
-        ``θ``): the same numbers as :meth:`batch_objective`, and the same gradient for each
-        parameter as the matching part of ``∇_θ``."""
-        return self.objective_scale(k) * self.loss_fn(torch.func.functional_call(self.model, params, (x,)), y).mean()
+    def with_parameters(self, params: dict[str, torch.Tensor], run: Callable[[BatchObjective], T]) -> T:
+        """``run(objective)``, where ``objective(k, x, y)`` is ``f_k(θ; B)`` of a task with
+        :attr:`per_parameter` computed from the named parameters ``params`` (views of ``θ``, which
+        ``run`` may update in place between calls): the same numbers as :meth:`batch_objective`,
+        and the same gradient for each parameter as the matching part of ``∇_θ``.
+
+        The model computes from ``params`` for the whole of ``run``: one
+        ``torch.func.functional_call`` swaps them in and out around it (on a module whose forward
+        is ``run``), not one per mini-batch, which on the quadratic task's ``Linear`` model cost a
+        tenth of local training's CPU (docs/performance.md, "Start-up"). Each forward pass is the model's
+        own, as before, so the numbers are the same bits."""
+        def objective_of(model: torch.nn.Module) -> T:
+            return run(lambda k, x, y: self.objective_scale(k) * self.loss_fn(model(x), y).mean())
+
+        return torch.func.functional_call(_Running(self.model), {f"model.{n}": p for n, p in params.items()}, (objective_of,))
 
     @torch.no_grad()
     def evaluate(self, theta: torch.Tensor, data: ClientData | None = None) -> dict[str, float]:
