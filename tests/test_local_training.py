@@ -17,6 +17,8 @@ import math
 import pytest
 import torch
 
+from asyncfl.tasks.base import EVAL_CHUNK
+
 import asyncfl
 from asyncfl.compute.hooks import ClipNorm, TopK, hook_seed
 from asyncfl.compose import local_train
@@ -135,6 +137,8 @@ def test_a_model_with_running_statistics_is_refused_and_batch_statistics_are_all
         _task(torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.BatchNorm1d(4)))
     task = _task(torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.BatchNorm1d(4, track_running_stats=False)))
     assert math.isfinite(task.evaluate(task.initial_theta)["loss"])
+    # its rows share the batch's statistics: evaluation is never split into pieces of rows
+    assert task._forward_rows(task.initial_theta, task.test.x) == EVAL_CHUNK
 
 
 class Top2Task(Task):

@@ -300,11 +300,16 @@ class Task:
 
     def _forward_rows(self, theta: torch.Tensor, x: torch.Tensor) -> int:
         """Rows per evaluation forward pass (:func:`asyncfl.tasks.forward_rows.forward_rows`),
-        from the largest activation of a one-row probe of ``x``, found once per task."""
+        from the largest activation of a one-row probe of ``x``, found once per task. A model with
+        batch normalisation computes each row from the whole batch's statistics, so its rows are
+        not independent: it keeps one pass per chunk, as before."""
         rows = self.__dict__.get("_rows")
         if rows is None:
             if len(x) == 0:
                 return EVAL_CHUNK
+            if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules()):
+                rows = self.__dict__["_rows"] = EVAL_CHUNK
+                return rows
             per_row = largest_activation(lambda probe: self.outputs(theta, probe), self.model, x[:1])
             rows = self.__dict__["_rows"] = forward_rows(per_row, EVAL_CHUNK)
         return rows

@@ -12,7 +12,8 @@ minor page faults). Pieces whose largest activation stays under :data:`ACTIVATIO
 reused from the heap (no faults) and stay nearer the caches.
 
 The rows of a piece do not change the numbers: each output row depends on its own input row
-only, and the kernels (oneDNN's convolutions, MKL's matrix products, torch's LSTM) compute a row
+only (a model with batch normalisation, whose rows share the batch's statistics, is not split:
+``Task._forward_rows``), and the kernels (oneDNN's convolutions, MKL's matrix products, torch's LSTM) compute a row
 the same way for any batch of at least a few rows (``tests/test_forward_rows.py`` checks LEAF's
 CNN, the CIFAR CNN and the character LSTM bit for bit against one pass; a batch of 1 or 2 rows
 can take another kernel). So a piece is never shorter than ``min(rows, chunk)`` rows: the
