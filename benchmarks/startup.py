@@ -22,7 +22,7 @@ every run.
 ``PYTHONPATH``), in the same interleaving: a before/after comparison under the same load.
 ``--bare-exit`` also times ``python -c "import torch, os; os._exit(0)"``: importing torch without
 the interpreter's teardown at exit (0.4 s of CPU on the VM of docs/performance.md), which
-``asyncfl``'s commands skip (asyncfl/cli/lifecycle.py), so that the overhead can be read against
+``asyncfl``'s commands skip (asyncfl/lifecycle.py), so that the overhead can be read against
 either reference.
 
 ``--bytecode cached`` (the default) measures what an installed asyncfl costs: every command runs

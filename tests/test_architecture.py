@@ -32,7 +32,7 @@ TARGET = re.compile(r"^(asyncfl(?:\.\w+)+):[\w.]+$")
 #: entry may name a module of a package (``config.scenario``): it then sits on its own floor, and
 #: the rest of the package on the package's (the longest name that matches decides).
 LAYERS: list[set[str]] = [
-    {"errors", "version", "registry", "rng", "records", "staleness_counts", "tensor_checks", "__init__"},
+    {"errors", "version", "registry", "rng", "records", "staleness_counts", "tensor_checks", "lifecycle", "__init__"},
     {"config"},  # the sections and their values, the components' own keys and checks (below the components)
     {"components"},  # Kind, Component, the registry, traits, contracts, the built-ins
     {"config.scenario", "config.registries", "config.memory", "config.batching"},  # the composed scenario (above the components)

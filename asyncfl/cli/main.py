@@ -24,7 +24,7 @@ from asyncfl.cli.commands import COMMANDS, DRAW_FIGURES, add_commands
 from asyncfl.components.allow import allow_modules
 from asyncfl.cli.console import fault, warn
 from asyncfl.cli.exit_codes import EXIT_INTERRUPTED, EXIT_NUMERICAL, EXIT_OK, EXIT_USAGE
-from asyncfl.cli.lifecycle import leave, loading
+from asyncfl.lifecycle import leave, loading
 from typing import Callable
 
 from asyncfl.errors import AsyncFLError, NumericalFault, UsageError
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         # a command that draws a run's figure gets a figure process, started before its module
         # imports torch, so that matplotlib's import overlaps torch's (docs/performance.md "Start-up")
         with FigureProcess(start=args.command in DRAW_FIGURES) as args.figures:
-            with loading():  # the collector paused while torch and the engine load (asyncfl.cli.lifecycle)
+            with loading():  # the collector paused while torch and the engine load (asyncfl.lifecycle)
                 implementation = COMMANDS.load(args.command)
             return int(implementation(args) or EXIT_OK)
 
@@ -111,7 +111,7 @@ def _guarded(parser: Callable[[], argparse.ArgumentParser], command: Callable[[a
 
 def entry() -> None:  # pragma: no cover
     """The ``asyncfl`` command (and ``python -m asyncfl``): :func:`main`, then the process ends
-    without tearing the interpreter down (:func:`asyncfl.cli.lifecycle.leave`)."""
+    without tearing the interpreter down (:func:`asyncfl.lifecycle.leave`)."""
     leave(main())
 
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from asyncfl.cli.lifecycle import leave, loading
+from asyncfl.lifecycle import leave, loading
 from asyncfl.figures.metrics import _percent, plot_metrics
 from asyncfl.figures.style import figure, integer_ticks, styled
 
@@ -122,7 +122,7 @@ def _child() -> int:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with loading():  # the collector paused while matplotlib loads and warms up (asyncfl.cli.lifecycle)
+    with loading():  # the collector paused while matplotlib loads and warms up (asyncfl.lifecycle)
         import matplotlib.backends.backend_agg  # noqa: F401  (the import this process exists to overlap)
 
         _warm_up()

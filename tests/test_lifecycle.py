@@ -1,4 +1,4 @@
-"""How an ``asyncfl`` process loads a command and how it ends (asyncfl/cli/lifecycle.py;
+"""How an ``asyncfl`` process loads a command and how it ends (asyncfl/lifecycle.py;
 docs/performance.md, "Start-up"): the garbage collector paused while torch and the engine load
 for the first time, then what they made frozen; at the end, what a normal exit does that anyone
 can observe (``atexit`` handlers, the standard streams flushed, the status; a thread still
@@ -26,7 +26,7 @@ def _python(code: str, **kw) -> subprocess.CompletedProcess:
 
 
 LOADING = ("import gc, sys\n"
-           "from asyncfl.cli.lifecycle import loading\n"
+           "from asyncfl.lifecycle import loading\n"
            "{before}"
            "with loading():\n"
            "    inside = gc.isenabled()\n"
@@ -45,7 +45,7 @@ def test_loading_leaves_a_process_that_has_torch_already_alone():
 
 def test_leave_runs_the_atexit_handlers_flushes_stdout_and_exits_with_the_code():
     proc = _python("import atexit, sys\n"
-                   "from asyncfl.cli.lifecycle import leave\n"
+                   "from asyncfl.lifecycle import leave\n"
                    "atexit.register(print, 'handler ran')\n"
                    "sys.stdout.write('buffered, no newline; ')\n"
                    "leave(3)")
@@ -61,13 +61,13 @@ def test_leave_skips_the_interpreter_teardown():
             "        print('torn down', flush=True)\n"
             "kept = Noisy()\n")
     assert _python(code + "import sys; sys.exit(0)").stdout == "torn down\n"  # what is skipped
-    proc = _python(code + "from asyncfl.cli.lifecycle import leave; leave(0)")
+    proc = _python(code + "from asyncfl.lifecycle import leave; leave(0)")
     assert proc.returncode == 0 and proc.stdout == "", proc.stderr
 
 
 def test_leave_exits_normally_while_a_non_daemon_thread_runs_so_it_finishes():
     proc = _python("import threading, time\n"
-                   "from asyncfl.cli.lifecycle import leave\n"
+                   "from asyncfl.lifecycle import leave\n"
                    "threading.Thread(target=lambda: (time.sleep(0.3), print('thread finished', flush=True))).start()\n"
                    "leave(5)")
     assert proc.returncode == 5 and proc.stdout == "thread finished\n", proc.stderr
@@ -80,7 +80,7 @@ def test_a_failed_flush_of_stdout_exits_120_as_python_does():
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     with open("/dev/full", "w") as full:
         plain = _python(write + "sys.exit(0)", stdout=full, stderr=subprocess.PIPE, env=env)
-        left = _python(write + "from asyncfl.cli.lifecycle import leave; leave(0)", stdout=full, stderr=subprocess.PIPE, env=env)
+        left = _python(write + "from asyncfl.lifecycle import leave; leave(0)", stdout=full, stderr=subprocess.PIPE, env=env)
     assert plain.returncode == left.returncode == 120
 
 
