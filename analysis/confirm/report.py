@@ -3,8 +3,9 @@
 For every claim of the plan: its Holm family (every primary comparison the plan names for it,
 run or not), each comparison's paired t-test and effect with an interval at level ``1 − α/m``
 and that interval's coverage measured by simulation (:mod:`analysis.confirm.coverage`), the
-paired bootstrap beside it, the Holm-adjusted p-value and the verdict by the plan's rules;
-then the secondary (exploratory) comparisons; then the tuning each design chose and the privacy
+paired bootstrap beside it, the Holm-adjusted p-value and the verdict by the plan's rules; a
+claim decided by tuning widths (claim 3) gets its width table from the designs' ``tuning.csv``
+(:mod:`analysis.confirm.widths`, docs/confirm.md §3.2); then the secondary (exploratory) comparisons; then the tuning each design chose and the privacy
 each DP cell spent. A design whose folder was started under another version of its section of the
 plan (``confirm.json``) is reported, but every row of it is marked exploratory. A run stopped at
 its target (``stopped_at_target = 1``, docs/studies.md §2.1) counts with its crossing; a final
