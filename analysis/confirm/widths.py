@@ -116,6 +116,11 @@ def setting_of(rows: Iterable[dict[str, Any]], x: float, value: float) -> Settin
     return Setting(x, value, _mean(acc), _mean(rmst))
 
 
+def chosen_rows(rows: list[dict[str, Any]], task: str, privacy: str, K: int, method: str) -> list[dict[str, Any]]:
+    """The tuning runs of one tuned cell at the rate its tuning chose (``chosen = 1``)."""
+    return [r for r in rows if (r["task"], r["privacy"], r["K"], r["method"]) == (task, privacy, K, method) and r["chosen"]]
+
+
 def lr_settings(rows: Iterable[dict[str, Any]], task: str, privacy: str, K: int, method: str) -> list[Setting]:
     """The learning-rate settings of one tuned cell (``x = log₂ η``)."""
     by: dict[float, list[dict[str, Any]]] = {}
@@ -132,7 +137,7 @@ def beta_settings(rows: Iterable[dict[str, Any]], beta_tasks: dict[str, float], 
     rows = list(rows)
     out = []
     for task, beta in beta_tasks.items():
-        chosen = [r for r in rows if (r["task"], r["privacy"], r["K"], r["method"]) == (task, privacy, K, method) and r["chosen"]]
+        chosen = chosen_rows(rows, task, privacy, K, method)
         x = math.log2(1 / (1 - beta))
         out.append(setting_of(chosen, x, beta) if chosen else Setting(x, beta, math.nan, math.nan))
     return out
@@ -146,7 +151,7 @@ def tuned_variant(rows: Iterable[dict[str, Any]], tasks: Sequence[str], privacy:
     pick = None
     rows = list(rows)
     for i, task in enumerate(tasks):
-        chosen = [r for r in rows if (r["task"], r["privacy"], r["K"], r["method"]) == (task, privacy, K, method) and r["chosen"]]
+        chosen = chosen_rows(rows, task, privacy, K, method)
         if not chosen:
             continue
         s = setting_of(chosen, 0.0, 0.0)
